@@ -1,0 +1,1 @@
+"""Trunk loader, expert modules, the mixture, the write-once expert store."""

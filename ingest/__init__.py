@@ -1,0 +1,1 @@
+"""Connectors that bring text in, validation, normalisation and dead letters."""

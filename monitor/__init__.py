@@ -1,0 +1,1 @@
+"""Held-out evaluation, forgetting metrics, Prometheus metrics and the dashboard."""

@@ -1,0 +1,1 @@
+"""Embedding, domain routing, online discovery, drift detectors and the inference gate."""

@@ -1,0 +1,1 @@
+"""Wiring only: topics, the embedded broker, stream runtimes and the `worx` command line."""

@@ -1,0 +1,1 @@
+"""One module per `worx` subcommand; each defines ``register(subparsers)``."""

@@ -1,0 +1,183 @@
+"""worx.toml + WORX_* environment overrides, loaded into typed per-stage dataclasses.
+
+File layout::
+
+    [kafka]
+    bootstrap_servers = ""          # empty: start the embedded broker
+    topic_prefix = "worx"
+    [kafka.client]                  # passed untouched to librdkafka
+    "security.protocol" = "SASL_SSL"
+    [ingest]
+    max_doc_chars = 20000
+
+Environment: ``WORX_<SECTION>__<FIELD>=value`` overrides a field (``WORX_INGEST__STRICT=true``);
+``WORX_KAFKA_CLIENT__SASL_MECHANISM=PLAIN`` sets the librdkafka key ``sasl.mechanism``
+(underscores become dots). ``WORX_CONFIG`` names the file (default ``./worx.toml``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from experts.config import ExpertsConfig
+from ingest.config import IngestConfig
+from monitor.config import MonitorConfig
+from router.config import RouterConfig
+from trainer.config import TrainerConfig
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap_servers: str = ""  # empty: start the embedded Tansu broker on loopback
+    topic_prefix: str = "worx"  # topics are <prefix>.docs, <prefix>.dlq, ...
+    partitions: int = 4  # partitions of the partitioned topics (docs, routed)
+    replication_factor: int = 1
+    session_timeout_ms: int = 10_000  # group joins take ~half of this on the embedded broker
+    client: dict[str, str] = dataclasses.field(default_factory=dict)  # raw librdkafka settings
+
+    def validate(self) -> None:
+        if self.partitions < 1 or self.replication_factor < 1:
+            raise ValueError("kafka.partitions and kafka.replication_factor must be >= 1")
+        if not self.topic_prefix or any(c in self.topic_prefix for c in " /\\"):
+            raise ValueError(f"kafka.topic_prefix {self.topic_prefix!r} is not a valid topic prefix")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorxConfig:
+    kafka: KafkaConfig = dataclasses.field(default_factory=KafkaConfig)
+    ingest: IngestConfig = dataclasses.field(default_factory=IngestConfig)
+    router: RouterConfig = dataclasses.field(default_factory=RouterConfig)
+    experts: ExpertsConfig = dataclasses.field(default_factory=ExpertsConfig)
+    trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
+    monitor: MonitorConfig = dataclasses.field(default_factory=MonitorConfig)
+    data_dir: str = "worx-data"  # expert store, snapshots, held-out sets, reports
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, env: typing.Mapping[str, str] | None = None
+) -> WorxConfig:
+    """Read ``path`` (or $WORX_CONFIG, or ./worx.toml if it exists) and apply env overrides."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    chosen = path or env.get("WORX_CONFIG")
+    if chosen is None and Path("worx.toml").exists():
+        chosen = "worx.toml"
+    if chosen is not None:
+        file = Path(chosen)
+        if not file.exists():
+            raise ConfigError(f"config file {file} does not exist; create it or unset WORX_CONFIG")
+        try:
+            raw = tomllib.loads(file.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{file} is not valid TOML: {exc}") from exc
+    _apply_env(raw, env)
+    return build(WorxConfig, raw, "")
+
+
+def _apply_env(raw: dict[str, Any], env: typing.Mapping[str, str]) -> None:
+    for key, value in env.items():
+        if not key.startswith("WORX_") or key == "WORX_CONFIG":
+            continue
+        rest = key[len("WORX_") :]
+        if rest.startswith("KAFKA_CLIENT__"):
+            setting = rest[len("KAFKA_CLIENT__") :].lower().replace("_", ".")
+            raw.setdefault("kafka", {}).setdefault("client", {})[setting] = value
+        elif "__" in rest:
+            section, field = rest.lower().split("__", 1)
+            raw.setdefault(section, {})[field] = value
+        elif rest.lower() == "data_dir":
+            raw["data_dir"] = value
+
+
+def build(cls: type, raw: Any, where: str) -> Any:
+    """Instantiate dataclass ``cls`` from ``raw``, checking names and types, then ``validate()``."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{where or 'root'}] should be a table, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(raw) - set(fields)
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s) {sorted(unknown)} in [{where or 'root'}]; "
+            f"known: {sorted(fields)}"
+        )
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, value in raw.items():
+        dotted = f"{where}.{name}" if where else name
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            values[name] = build(hint, value, dotted)
+        else:
+            values[name] = _coerce(value, hint, dotted)
+    obj = cls(**values)
+    validate = getattr(obj, "validate", None)
+    if validate is not None:
+        try:
+            validate()
+        except ValueError as exc:
+            raise ConfigError(f"invalid configuration: {exc}") from exc
+    return obj
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """Convert TOML or environment-string values to ``hint``; raise ConfigError if impossible."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for arg in typing.get_args(hint):
+            if arg is type(None) and value in (None, "", "none", "None"):
+                return None
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError("; ".join(errors))
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif origin is tuple:
+        items = value.split(",") if isinstance(value, str) else value
+        if isinstance(items, list | tuple):
+            (item_hint, *_rest) = typing.get_args(hint) or (Any,)
+            return tuple(
+                _coerce(item.strip() if isinstance(item, str) else item, item_hint, where)
+                for item in items
+                if not (isinstance(item, str) and not item.strip())
+            )
+    elif origin is dict:
+        if isinstance(value, dict):
+            return {str(k): str(v) if not isinstance(v, str) else v for k, v in value.items()}
+    elif hint is Any:
+        return value
+    raise ConfigError(f"{where} should be {getattr(hint, '__name__', hint)}, got {value!r}")

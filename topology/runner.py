@@ -1,0 +1,131 @@
+"""The plain confluent-kafka runtime: feeds any stage object, at least once.
+
+Loop (confluent's example discipline): consume a batch, run the stage on each message,
+produce every output, flush, check deliveries, then store and commit the batch's offsets.
+A crash between produce and commit replays at most one batch; the stages' keyed,
+idempotent effects make that safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from ingest.records import DeadLetter
+from topology.kafka import DeliveryTracker, make_consumer, make_producer, produce
+from topology.topics import Topics
+from worx.records import RecordError
+from worx.stage import Emit, Message, Stage
+
+log = logging.getLogger(__name__)
+
+
+def apply_stage(stage: Stage, message: Message, stage_name: str) -> list[Emit]:
+    """Decode (if the stage wants a record), process, and turn failures into dead letters."""
+    record = None
+    if stage.input_record is not None:
+        try:
+            record = stage.input_record.from_json(message.value or b"", strict=False)
+        except RecordError as exc:
+            return [Emit("dlq", None, DeadLetter.of(message, exc.reason, str(exc), stage_name))]
+    try:
+        return stage.process(message, record)
+    except Exception as exc:  # a bug or bad data in one message must not stop the stream
+        log.exception("stage %s failed on %s[%d]@%d", stage_name, message.topic, message.partition, message.offset)
+        detail = f"{type(exc).__name__}: {exc}"
+        return [Emit("dlq", None, DeadLetter.of(message, "stage_error", detail, stage_name))]
+
+
+class StageRunner:
+    """Run ``stage`` over ``input_topics`` with consumer group ``group_id``."""
+
+    def __init__(
+        self,
+        stage: Stage,
+        conf: dict,
+        topics: Topics,
+        input_topics: list[str],
+        group_id: str,
+        stage_name: str,
+        batch_size: int = 500,
+        session_timeout_ms: int = 10_000,
+        on_batch: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.stage = stage
+        self.topics = topics
+        self.input_topics = input_topics
+        self.stage_name = stage_name
+        self.batch_size = batch_size
+        self.on_batch = on_batch  # called with (messages in, records out) after each commit
+        self.consumer = make_consumer(conf, group_id, session_timeout_ms)
+        self.producer = make_producer(conf)
+        self.tracker = DeliveryTracker()
+        self.consumed = 0
+        self.emitted = 0
+
+    def run(self, stop: threading.Event | None = None, idle_timeout_s: float | None = None) -> None:
+        """Process until ``stop`` is set, or nothing arrived for ``idle_timeout_s`` seconds."""
+        stop = stop or threading.Event()
+        self.consumer.subscribe(self.input_topics)
+        last_data = time.monotonic()
+        try:
+            while not stop.is_set():
+                batch = self.consumer.consume(self.batch_size, timeout=0.5)
+                if not batch:
+                    if idle_timeout_s is not None and time.monotonic() - last_data > idle_timeout_s:
+                        break
+                    continue
+                last_data = time.monotonic()
+                self._handle_batch(batch)
+        finally:
+            self.producer.flush(30)
+            self.consumer.close()
+
+    def _handle_batch(self, batch: list) -> None:
+        good = []
+        out = 0
+        for msg in batch:
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                if msg.error().fatal():
+                    raise KafkaException(msg.error())
+                log.warning("consumer error: %s", msg.error())
+                continue
+            message = Message(
+                value=msg.value(),
+                key=msg.key(),
+                topic=msg.topic(),
+                partition=msg.partition(),
+                offset=msg.offset(),
+                timestamp_ms=msg.timestamp()[1],
+            )
+            for emit in apply_stage(self.stage, message, self.stage_name):
+                produce(
+                    self.producer,
+                    self.topics.name(emit.topic),
+                    emit.record.to_json(),
+                    emit.key,
+                    self.tracker,
+                )
+                out += 1
+            good.append(msg)
+        remaining = self.producer.flush(30)
+        if remaining:
+            raise KafkaException(f"{remaining} messages not delivered within 30 s; not committing")
+        self.tracker.check()
+        if good:
+            latest: dict[tuple[str, int], int] = {}
+            for msg in good:
+                latest[(msg.topic(), msg.partition())] = msg.offset() + 1
+            offsets = [TopicPartition(t, p, o) for (t, p), o in latest.items()]
+            self.consumer.store_offsets(offsets=offsets)
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        self.consumed += len(good)
+        self.emitted += out
+        if self.on_batch:
+            self.on_batch(len(good), out)

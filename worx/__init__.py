@@ -1,0 +1,1 @@
+"""Shared primitives for every TrainingWorx stage: record serde, safe ids, atomic files."""
