@@ -1,0 +1,147 @@
+"""Supervised child processes: start stages as separate processes, restart a crashed one,
+and stop everything on exit, on Ctrl-C and on the death of the supervisor itself.
+
+Each child runs in its own process group and asks the kernel (PR_SET_PDEATHSIG) to SIGTERM
+it when the supervisor dies, so no stage is left behind even after a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup() -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    os.setpgid(0, 0)
+
+
+@dataclass
+class ChildSpec:
+    name: str
+    argv: list[str]  # e.g. [sys.executable, "-m", "topology.cli", "trainer"]
+    env: dict[str, str] = field(default_factory=dict)
+    restart: bool = True  # restart when it exits non-zero (a crashed stage re-runs alone)
+    max_restarts: int = 3
+    oneshot: bool = False  # expected to exit by itself (e.g. an ingest replay)
+
+
+@dataclass
+class Child:
+    spec: ChildSpec
+    process: subprocess.Popen
+    log_path: Path
+    restarts: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+
+
+class Supervisor:
+    """Start, watch and stop a set of child processes; logs go to ``log_dir/<name>.log``."""
+
+    def __init__(self, log_dir: str | os.PathLike[str], base_env: dict[str, str] | None = None) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.children: dict[str, Child] = {}
+
+    def start(self, spec: ChildSpec) -> Child:
+        log_path = self.log_dir / f"{spec.name}.log"
+        env = {**self.base_env, **spec.env, "PYTHONUNBUFFERED": "1"}
+        with open(log_path, "ab") as out:
+            process = subprocess.Popen(
+                spec.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=_child_setup,  # noqa: PLW1509 - only sets a signal and the group
+            )
+        previous = self.children.get(spec.name)
+        child = Child(spec, process, log_path, restarts=previous.restarts if previous else 0)
+        self.children[spec.name] = child
+        log.info("started %s (pid %d), log %s", spec.name, process.pid, log_path)
+        return child
+
+    def poll(self) -> list[str]:
+        """Restart crashed children that may be restarted; return names that ended for good."""
+        ended = []
+        for name, child in list(self.children.items()):
+            code = child.process.poll()
+            if code is None:
+                continue
+            if code == 0 and child.spec.oneshot:
+                ended.append(name)
+                continue
+            if child.spec.restart and child.restarts < child.spec.max_restarts:
+                child.restarts += 1
+                log.warning("%s exited with %s; restart %d/%d", name, code, child.restarts, child.spec.max_restarts)
+                self.start(child.spec)
+            else:
+                ended.append(name)
+        return ended
+
+    def alive(self, name: str) -> bool:
+        child = self.children.get(name)
+        return child is not None and child.process.poll() is None
+
+    def exit_code(self, name: str) -> int | None:
+        child = self.children.get(name)
+        return None if child is None else child.process.poll()
+
+    def stop(self, name: str, timeout_s: float = 10.0) -> None:
+        child = self.children.get(name)
+        if child is None or child.process.poll() is not None:
+            return
+        _signal_group(child.process, signal.SIGTERM)
+        try:
+            child.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("%s ignored SIGTERM for %.0fs; killing it", name, timeout_s)
+            _signal_group(child.process, signal.SIGKILL)
+            child.process.wait()
+
+    def stop_all(self, timeout_s: float = 10.0) -> None:
+        for child in self.children.values():
+            if child.process.poll() is None:
+                _signal_group(child.process, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for child in self.children.values():
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                child.process.wait(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                _signal_group(child.process, signal.SIGKILL)
+                child.process.wait()
+
+    def pids(self) -> list[int]:
+        return [child.process.pid for child in self.children.values()]
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def worx_argv(*args: str) -> list[str]:
+    """argv that runs a `worx` subcommand with this interpreter (no PATH lookup needed)."""
+    return [sys.executable, "-m", "topology.cli", *args]
