@@ -14,7 +14,11 @@ def test_round_trip():
     [
         (b"{", RecordError, "not_json"),
         (b"[1]", RecordError, "invalid_record"),
-        (b'{"doc_id":"a","text":"x","schema_version":99}', UnknownSchemaVersion, "unknown_schema_version"),
+        (
+            b'{"doc_id":"a","text":"x","schema_version":99}',
+            UnknownSchemaVersion,
+            "unknown_schema_version",
+        ),
         (b'{"doc_id":"a","text":"x"}', UnknownSchemaVersion, "unknown_schema_version"),
         (b'{"doc_id":"a","schema_version":1}', RecordError, "missing_field"),
         (b'{"doc_id":"a","text":3,"schema_version":1}', RecordError, "wrong_type"),
@@ -30,6 +34,8 @@ def test_bad_records_are_refused_with_a_reason(raw, exc, reason):
 def test_dead_letter_keeps_original_bytes():
     from worx.stage import Message
 
-    letter = DeadLetter.of(Message(value=b"\xff\x00", topic="t", partition=1, offset=7), "x", "y", "s")
+    letter = DeadLetter.of(
+        Message(value=b"\xff\x00", topic="t", partition=1, offset=7), "x", "y", "s"
+    )
     assert letter.original() == b"\xff\x00"
     assert (letter.source_topic, letter.source_partition, letter.source_offset) == ("t", 1, 7)

@@ -91,7 +91,11 @@ class EmbeddedBroker:
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
+                err = (
+                    self.process.stderr.read().decode(errors="replace")
+                    if self.process.stderr
+                    else ""
+                )
                 raise BrokerError(f"embedded broker exited with {self.process.returncode}: {err}")
             try:
                 admin.list_topics(timeout=0.5)
@@ -99,7 +103,9 @@ class EmbeddedBroker:
             except Exception:  # noqa: BLE001 - not answering yet
                 time.sleep(0.02)
         self.stop()
-        raise BrokerError(f"embedded broker did not answer on {self.bootstrap_servers} in {timeout_s}s")
+        raise BrokerError(
+            f"embedded broker did not answer on {self.bootstrap_servers} in {timeout_s}s"
+        )
 
     def stop(self) -> None:
         if self.process is None:

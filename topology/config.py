@@ -49,7 +49,9 @@ class KafkaConfig:
         if self.partitions < 1 or self.replication_factor < 1:
             raise ValueError("kafka.partitions and kafka.replication_factor must be >= 1")
         if not self.topic_prefix or any(c in self.topic_prefix for c in " /\\"):
-            raise ValueError(f"kafka.topic_prefix {self.topic_prefix!r} is not a valid topic prefix")
+            raise ValueError(
+                f"kafka.topic_prefix {self.topic_prefix!r} is not a valid topic prefix"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,8 +109,7 @@ def build(cls: type, raw: Any, where: str) -> Any:
     unknown = set(raw) - set(fields)
     if unknown:
         raise ConfigError(
-            f"unknown setting(s) {sorted(unknown)} in [{where or 'root'}]; "
-            f"known: {sorted(fields)}"
+            f"unknown setting(s) {sorted(unknown)} in [{where or 'root'}]; known: {sorted(fields)}"
         )
     hints = typing.get_type_hints(cls)
     values = {}
@@ -145,7 +146,16 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     if hint is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        if isinstance(value, str) and value.lower() in (
+            "1",
+            "true",
+            "yes",
+            "on",
+            "0",
+            "false",
+            "no",
+            "off",
+        ):
             return value.lower() in ("1", "true", "yes", "on")
     elif hint is int:
         if isinstance(value, int) and not isinstance(value, bool):

@@ -28,7 +28,9 @@ def make_producer(conf: dict[str, Any], **overrides: Any) -> Producer:
     return Producer(settings)
 
 
-def make_consumer(conf: dict[str, Any], group_id: str, session_timeout_ms: int = 10_000, **overrides: Any) -> Consumer:
+def make_consumer(
+    conf: dict[str, Any], group_id: str, session_timeout_ms: int = 10_000, **overrides: Any
+) -> Consumer:
     settings = {
         "auto.offset.reset": "earliest",
         "enable.auto.offset.store": False,
@@ -64,7 +66,9 @@ class DeliveryTracker:
             raise KafkaException(f"{count} deliveries failed, first: {first}")
 
 
-def produce(producer: Producer, topic: str, value: bytes, key: str | bytes | None, on_delivery: Any) -> None:
+def produce(
+    producer: Producer, topic: str, value: bytes, key: str | bytes | None, on_delivery: Any
+) -> None:
     """Produce one message, waiting for queue space instead of failing on BufferError."""
     while True:
         try:

@@ -50,7 +50,9 @@ class Child:
 class Supervisor:
     """Start, watch and stop a set of child processes; logs go to ``log_dir/<name>.log``."""
 
-    def __init__(self, log_dir: str | os.PathLike[str], base_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, log_dir: str | os.PathLike[str], base_env: dict[str, str] | None = None
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.base_env = dict(os.environ if base_env is None else base_env)
@@ -86,7 +88,13 @@ class Supervisor:
                 continue
             if child.spec.restart and child.restarts < child.spec.max_restarts:
                 child.restarts += 1
-                log.warning("%s exited with %s; restart %d/%d", name, code, child.restarts, child.spec.max_restarts)
+                log.warning(
+                    "%s exited with %s; restart %d/%d",
+                    name,
+                    code,
+                    child.restarts,
+                    child.spec.max_restarts,
+                )
                 self.start(child.spec)
             else:
                 ended.append(name)

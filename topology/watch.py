@@ -1,0 +1,174 @@
+"""A read-only view of the whole loop, built by following every worx topic from the start.
+
+Used by `worx demo` and `worx up` for the live terminal view and to tell when a run is done.
+It joins no consumer group (partitions are assigned explicitly), so it never disturbs the
+stages' offsets; it decodes records strictly and counts what it cannot decode.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from experts.records import ExpertRegistration
+from ingest.records import DeadLetter, Doc
+from monitor.records import EvalRow
+from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob
+from topology.topics import Topics
+from trainer.records import TrainStatus
+from worx.records import RecordError
+
+log = logging.getLogger(__name__)
+
+TERMINAL_JOB_STATES = ("finished", "not_worth_it", "failed", "skipped")
+
+
+@dataclass
+class LoopState:
+    docs: int = 0
+    doc_ids: set[str] = field(default_factory=set)
+    docs_by_label: Counter = field(default_factory=Counter)
+    dead_letters: int = 0
+    dead_letter_reasons: Counter = field(default_factory=Counter)
+    routed: int = 0
+    routed_ids: set[str] = field(default_factory=set)
+    novel: int = 0
+    domains: dict[str, DomainRecord] = field(default_factory=dict)
+    drift_events: list[DriftEvent] = field(default_factory=list)
+    jobs: dict[str, TrainJob] = field(default_factory=dict)
+    job_status: dict[str, TrainStatus] = field(default_factory=dict)
+    experts: dict[str, ExpertRegistration] = field(default_factory=dict)
+    eval_rows: dict[tuple[str, int], EvalRow] = field(default_factory=dict)
+    undecodable: int = 0
+    first_doc_at: float | None = None
+    last_doc_at: float | None = None
+
+    def pending_jobs(self) -> list[str]:
+        return [
+            job_id
+            for job_id in self.jobs
+            if job_id not in self.job_status
+            or self.job_status[job_id].state not in TERMINAL_JOB_STATES
+        ]
+
+    def latest_eval(self, run: str = "ours") -> EvalRow | None:
+        rows = [row for (name, _), row in self.eval_rows.items() if name == run]
+        return max(rows, key=lambda row: row.step) if rows else None
+
+    def docs_per_s(self) -> float:
+        if self.first_doc_at is None or self.last_doc_at is None:
+            return 0.0
+        return self.docs / max(self.last_doc_at - self.first_doc_at, 1e-3)
+
+
+_DECODERS = {
+    "docs": Doc,
+    "dlq": DeadLetter,
+    "routed": RoutedDoc,
+    "domains": DomainRecord,
+    "drift": DriftEvent,
+    "train": TrainJob,
+    "train.status": TrainStatus,
+    "experts": ExpertRegistration,
+    "metrics": EvalRow,
+}
+
+
+class LoopWatcher:
+    """Follow every topic in a background thread; ``state`` is read under ``lock``."""
+
+    def __init__(self, conf: dict, topics: Topics) -> None:
+        self.topics = topics
+        self.state = LoopState()
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._changed = threading.Condition(self.lock)
+        self._consumer = Consumer(
+            {
+                **conf,
+                "group.id": f"worx-watch-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+            }
+        )
+        self._suffix = {topics.name(s): s for s in _DECODERS}
+        self._thread = threading.Thread(target=self._run, name="loop-watcher", daemon=True)
+
+    def start(self) -> LoopWatcher:
+        metadata = self._consumer.list_topics(timeout=10)
+        assignment = [
+            TopicPartition(name, partition, OFFSET_BEGINNING)
+            for name in self._suffix
+            for partition in metadata.topics[name].partitions
+        ]
+        self._consumer.assign(assignment)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._consumer.close()
+
+    def wait_for(self, predicate, timeout_s: float) -> bool:
+        """Block until ``predicate(state)`` holds (re-checked on every change) or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not predicate(self.state):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(timeout=min(remaining, 1.0))
+            return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = self._consumer.consume(1000, timeout=0.2)
+            if not batch:
+                continue
+            with self._changed:
+                for msg in batch:
+                    if msg.error() or msg.value() is None:
+                        continue
+                    self._apply(self._suffix[msg.topic()], msg.value())
+                self._changed.notify_all()
+
+    def _apply(self, suffix: str, value: bytes) -> None:
+        try:
+            record = _DECODERS[suffix].from_json(value, strict=False)
+        except RecordError:
+            self.state.undecodable += 1
+            return
+        s = self.state
+        now = time.monotonic()
+        if isinstance(record, Doc):
+            s.docs += 1
+            s.doc_ids.add(record.doc_id)
+            s.docs_by_label[record.label or "?"] += 1
+            s.first_doc_at = s.first_doc_at or now
+            s.last_doc_at = now
+        elif isinstance(record, DeadLetter):
+            s.dead_letters += 1
+            s.dead_letter_reasons[record.reason] += 1
+        elif isinstance(record, RoutedDoc):
+            s.routed += 1
+            s.routed_ids.add(record.doc_id)
+            s.novel += record.domain_id is None
+        elif isinstance(record, DomainRecord):
+            s.domains[record.domain_id] = record
+        elif isinstance(record, DriftEvent):
+            s.drift_events.append(record)
+        elif isinstance(record, TrainJob):
+            s.jobs[record.job_id] = record
+        elif isinstance(record, TrainStatus):
+            s.job_status[record.job_id] = record
+        elif isinstance(record, ExpertRegistration):
+            s.experts[record.expert_id] = record
+        elif isinstance(record, EvalRow):
+            s.eval_rows[(record.run, record.step)] = record
