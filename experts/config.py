@@ -4,10 +4,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DTYPES = ("float32", "bfloat16", "float16")
+
 
 @dataclass(frozen=True)
 class ExpertsConfig:
     trunk_dir: str = ""  # Hugging Face model directory; empty: the bundled default trunk
+    trunk_dtype: str = "float32"  # dtype the trunk is loaded in for serving (one of DTYPES)
+    store_dir: str = ""  # expert store root; empty: <data_dir>/experts
+    lru_budget_mb: int = 512  # bytes of loaded experts kept in memory (LRU beyond it)
+    gate_top_k: int = 1  # experts mixed per document at serving time
+    gate_temperature: float = 0.1  # softmax temperature over the chosen experts' similarities
+    gate_min_similarity: float = 0.05  # below this cosine similarity: trunk only
+    serve_host: str = "127.0.0.1"  # HTTP API address (loopback unless you mean to expose it)
+    serve_port: int = 8080  # HTTP API port (0: any free port, printed at start)
+    max_tokens: int = 1024  # longest text scored (tokens beyond are cut, and reported)
+    max_new_tokens: int = 128  # upper bound of one generate request
 
     def validate(self) -> None:
-        pass
+        if self.trunk_dtype not in DTYPES:
+            raise ValueError(f"experts.trunk_dtype {self.trunk_dtype!r} is not one of {DTYPES}")
+        if self.lru_budget_mb < 1:
+            raise ValueError("experts.lru_budget_mb must be >= 1")
+        if self.gate_top_k < 1 or self.gate_temperature <= 0:
+            raise ValueError("experts.gate_top_k must be >= 1 and experts.gate_temperature > 0")
+        if not -1.0 <= self.gate_min_similarity <= 1.0:
+            raise ValueError("experts.gate_min_similarity must be in [-1, 1]")
+        if not 0 <= self.serve_port <= 65535:
+            raise ValueError(f"experts.serve_port {self.serve_port} is not a port number")
+        if self.max_tokens < 2 or self.max_new_tokens < 1:
+            raise ValueError("experts.max_tokens must be >= 2 and experts.max_new_tokens >= 1")

@@ -4,7 +4,7 @@
 (``experts/``, ``trainer/``, ...). With the editable install the project uses
 (``pip install -e .``), ``experts/`` is imported from the repository itself, so the
 repository root is the parent of this file's folder. A non-editable install does not carry
-``data/``; then ``$WORX_DATA_DIR`` names the folder that holds ``trunk/`` and ``corpus/``,
+``data/``; then ``$WORX_BUNDLED_DATA`` names the folder that holds ``trunk/`` and ``corpus/``,
 and failing that ``./data`` (a checkout as the working directory) is tried.
 
 Examples
@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DATA_DIR_ENV = "WORX_DATA_DIR"
+DATA_DIR_ENV = "WORX_BUNDLED_DATA"
 
 
 def bundled_data_dir() -> Path:
     """The folder holding the bundled ``trunk/`` and ``corpus/``.
 
-    Resolution order: ``$WORX_DATA_DIR``; ``<repository root>/data`` (editable install);
+    Resolution order: ``$WORX_BUNDLED_DATA``; ``<repository root>/data`` (editable install);
     ``./data``. The first that exists wins.
 
     Raises

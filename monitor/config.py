@@ -7,9 +7,27 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class MonitorConfig:
-    host: str = "127.0.0.1"
-    port: int = 8765
+    host: str = "127.0.0.1"  # dashboard and /metrics address (loopback unless you mean it)
+    port: int = 8765  # dashboard port (0: any free port, printed at start)
+    state_dir: str = ""  # history, held-out sets, baseline model; empty: <data_dir>/monitor
+    heldout_per_domain: int = 64  # held-out documents kept per domain (bounded sample)
+    heldout_seed: int = 0  # seed of that sample; changing it needs a fresh state_dir
+    max_tokens: int = 128  # tokens scored per held-out document (its first ones)
+    batch_size: int = 8  # documents per forward pass during evaluation
+    backfill: bool = True  # re-evaluate earlier steps for a new/changed held-out set
+    baseline: bool = True  # also run the dense sequential fine-tuning baseline
+    baseline_steps: int = 50  # dense optimizer steps per domain (trainer.dense.DenseConfig)
+    baseline_lr: float = 3e-4  # dense peak learning rate
+    group_id: str = "worx-monitor"  # consumer group of the monitor
+    fetch_timeout_s: float = 15.0  # wait this long for a job's held-out documents
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"monitor.port must be in 0..65535, got {self.port}")
+        if self.heldout_per_domain < 1 or self.max_tokens < 2 or self.batch_size < 1:
+            raise ValueError(
+                "monitor.heldout_per_domain and monitor.batch_size must be >= 1, "
+                "monitor.max_tokens >= 2"
+            )
+        if self.baseline_steps < 1 or self.baseline_lr <= 0:
+            raise ValueError("monitor.baseline_steps must be >= 1 and monitor.baseline_lr > 0")

@@ -21,3 +21,10 @@ class EvalRow(Record):
     weight_changes: list[str] = field(default_factory=list)  # tensors whose hash changed
     routing_changed: dict[str, float] = field(default_factory=dict)  # domain -> share changed
     created_ms: int = 0
+    # added fields (optional; older rows decode with the defaults)
+    arrived_expert: str | None = None  # the expert whose registration made this step
+    arrived_domain: str | None = None  # its domain
+    # domain -> change of its mean loss caused by re-routed documents (metrics.routing_change)
+    routing_loss_delta: dict[str, float] = field(default_factory=dict)
+    heldout_size: dict[str, int] = field(default_factory=dict)  # domain -> documents evaluated
+    summary: dict = field(default_factory=dict)  # monitor.metrics.summarise of this step

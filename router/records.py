@@ -23,9 +23,10 @@ class RoutedDoc(Record):
     docs_topic: str
     docs_partition: int
     docs_offset: int
-    text: str = ""  # present for novel documents only
+    text: str = ""  # present for novel and uncertain documents only
     label: str | None = None  # the Doc's given label, passed through for evaluation
     domain_version: int = 0  # version of the domain table the decision used
+    uncertain: bool = False  # assigned, but below the domain's core threshold (text carried)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,11 @@ class DomainRecord(Record):
     embedder: str = ""  # name + config hash of the embedder that made the centroid
     version: int = 1  # increments on every update of this domain
     created_ms: int = 0
+    label_hint: str | None = None  # majority given label of the members (display only)
+    core_threshold: float = 0.0  # below it an assigned document is "uncertain" (goes to
+    # discover with its text, where a new domain hiding inside this one can surface)
+    distance_mean: float = 0.0  # mean of 1 - cosine of the members (drift reference)
+    distance_std: float = 0.0  # its standard deviation
 
 
 @dataclass(frozen=True)

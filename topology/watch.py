@@ -46,6 +46,7 @@ class LoopState:
     experts: dict[str, ExpertRegistration] = field(default_factory=dict)
     eval_rows: dict[tuple[str, int], EvalRow] = field(default_factory=dict)
     undecodable: int = 0
+    last_change_at: float = 0.0
     first_doc_at: float | None = None
     last_doc_at: float | None = None
 
@@ -127,6 +128,11 @@ class LoopWatcher:
                 self._changed.wait(timeout=min(remaining, 1.0))
             return True
 
+    def wait_change(self, timeout_s: float) -> None:
+        """Block until the next record arrives or ``timeout_s`` passes."""
+        with self._changed:
+            self._changed.wait(timeout=timeout_s)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             batch = self._consumer.consume(1000, timeout=0.2)
@@ -147,6 +153,7 @@ class LoopWatcher:
             return
         s = self.state
         now = time.monotonic()
+        s.last_change_at = now
         if isinstance(record, Doc):
             s.docs += 1
             s.doc_ids.add(record.doc_id)

@@ -7,8 +7,77 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TrainerConfig:
+    # --- the recipe -------------------------------------------------------------------
     max_steps: int = 200  # optimizer steps per job at most
+    seq_len: int = 128  # tokens per packed training row
+    micro_batch_size: int = 8  # rows per forward/backward
+    grad_accum_steps: int = 4  # micro-batches per optimizer step (effective batch = both)
+    lr: float = 1e-3  # peak learning rate of the expert
+    schedule: str = "cosine"  # "cosine" (to min_lr_ratio * lr) or "constant", after warm-up
+    warmup_steps: int = 10  # linear warm-up steps
+    min_lr_ratio: float = 0.1  # final LR of the cosine schedule, as a fraction of lr
+    weight_decay: float = 0.0  # AdamW decoupled weight decay
+    expert_layers: tuple[int, ...] = ()  # trunk layers with an adapter; empty: upper half
+    expert_rank: int = 16  # bottleneck width of each adapter
+    seed: int = 0  # data order and initialisation
+    eval_every: int = 20  # steps between held-out evaluations (early stopping)
+    patience: int = 3  # evaluations without improvement before stopping early
+    max_eval_rows: int = 64  # packed held-out rows evaluated at most
+    gate_margin: float = 0.03  # register only if held-out ppl < (1 - margin) * current mixture's
+    max_loss: float = 1e4  # a loss above this (or not finite) marks the job "diverged"
+    # --- memory savers (each switchable; measured by bench/train.py) --------------------
+    optimizer: str = "adamw8bit"  # "adamw8bit" (bitsandbytes 8-bit states) or "adamw" (fp32)
+    activation_checkpointing: bool = True  # recompute trunk activations in backward
+    mmap_trunk: bool = True  # trunk weights memory-mapped from safetensors (CPU)
+    chunked_loss: bool = True  # cross-entropy in row chunks, never the full (B, T, V) logits
+    loss_chunk: int = 256  # rows (tokens) per chunk of the chunked loss
+    offload_optimizer: bool = True  # on a GPU: optimizer state + master weights in host memory
+    bf16: bool = True  # on a GPU: bf16 autocast (CPU runs stay fp32)
+    device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1"...
+    # --- the worker --------------------------------------------------------------------
+    jobs_dir: str = ""  # job checkpoints; empty: <data_dir>/trainer/jobs
+    store_dir: str = ""  # expert store root; empty: <data_dir>/experts
+    checkpoint_every: int = 20  # steps between checkpoints
+    status_every: int = 10  # steps between "step" events on worx.train.status
+    fetch_timeout_s: float = 15.0  # wait this long for a job's referenced offsets
+    group_id: str = "worx-trainer"  # consumer group on worx.train
+    max_poll_interval_ms: int = 86_400_000  # a job may run this long between polls
+    progress: bool = True  # progress bar on the terminal
 
     def validate(self) -> None:
-        if self.max_steps < 1:
-            raise ValueError("trainer.max_steps must be >= 1")
+        positive = (
+            "max_steps",
+            "seq_len",
+            "micro_batch_size",
+            "grad_accum_steps",
+            "expert_rank",
+            "eval_every",
+            "patience",
+            "max_eval_rows",
+            "checkpoint_every",
+            "status_every",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"trainer.{name} must be >= 1")
+        if self.seq_len < 2:
+            raise ValueError("trainer.seq_len must be >= 2")
+        if self.schedule not in ("cosine", "constant"):
+            raise ValueError(f"trainer.schedule {self.schedule!r}: use 'cosine' or 'constant'")
+        if self.optimizer not in ("adamw8bit", "adamw"):
+            raise ValueError(f"trainer.optimizer {self.optimizer!r}: use 'adamw8bit' or 'adamw'")
+        if not 0 <= self.gate_margin < 1:
+            raise ValueError("trainer.gate_margin must be in [0, 1)")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError("trainer.min_lr_ratio must be in [0, 1]")
+        if (
+            self.lr <= 0
+            or self.warmup_steps < 0
+            or self.weight_decay < 0
+            or self.fetch_timeout_s <= 0
+        ):
+            raise ValueError(
+                "trainer.lr and fetch_timeout_s must be > 0; warmup_steps, weight_decay >= 0"
+            )
+        if any(layer < 0 for layer in self.expert_layers):
+            raise ValueError("trainer.expert_layers must be non-negative layer indices")

@@ -1,0 +1,108 @@
+"""``manifest.json`` of a stored expert: what it is, what it was built on, how to verify it."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from experts.expert import ExpertConfig, ExpertConfigError
+from experts.records import ExpertRegistration
+from worx.ids import UnsafeIdError, validate_id
+from worx.records import Record, RecordError
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ManifestError(RecordError):
+    reason = "bad_manifest"
+
+
+@dataclass(frozen=True)
+class Manifest(Record):
+    """One expert in the store (``<root>/<expert_id>/manifest.json``)."""
+
+    SCHEMA_VERSION = 1
+
+    expert_id: str
+    domain_id: str
+    centroid: list[float]  # L2-normalised domain centroid, in the router embedder's space
+    trunk_fingerprint: str  # the expert only ever loads onto this trunk
+    config: dict  # ExpertConfig.to_dict()
+    hidden_size: int  # the trunk width the adapters were built for
+    sha256: str  # of weights.safetensors
+    size_bytes: int  # of weights.safetensors (a shorter file is "truncated")
+    num_params: int
+    parent_expert_id: str | None = None  # set when branched from another expert
+    job_id: str | None = None  # the training job that produced it
+    summary: dict = field(default_factory=dict)  # training summary (losses, perplexities)
+    created_ms: int = 0
+
+    def expert_config(self) -> ExpertConfig:
+        return ExpertConfig.from_dict(self.config)
+
+    def check(self) -> Manifest:
+        """Validate every field beyond its type; :class:`ManifestError` says what is wrong."""
+        problems = []
+        for name in ("expert_id", "domain_id"):
+            try:
+                validate_id(getattr(self, name), kind=name)
+            except UnsafeIdError as exc:
+                problems.append(str(exc))
+        if self.parent_expert_id is not None:
+            try:
+                validate_id(self.parent_expert_id, kind="parent_expert_id")
+            except UnsafeIdError as exc:
+                problems.append(str(exc))
+        if not _HEX64.match(self.sha256):
+            problems.append(f"sha256 {self.sha256!r} is not 64 lower-case hex digits")
+        if not self.trunk_fingerprint:
+            problems.append("trunk_fingerprint is empty")
+        if not self.centroid or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in self.centroid
+        ):
+            problems.append("centroid must be a non-empty list of finite numbers")
+        if self.hidden_size < 1 or self.size_bytes < 1 or self.num_params < 1:
+            problems.append("hidden_size, size_bytes and num_params must be positive")
+        try:
+            self.expert_config()
+        except ExpertConfigError as exc:
+            problems.append(f"config: {exc}")
+        if problems:
+            raise ManifestError(
+                f"manifest of {self.expert_id!r} is invalid: " + "; ".join(problems)
+            )
+        return self
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> Manifest:
+        """Decode and fully validate; any failure is a :class:`ManifestError`."""
+        try:
+            return cls.from_json(raw).check()
+        except ManifestError:
+            raise
+        except RecordError as exc:
+            raise ManifestError(str(exc)) from exc
+
+    def registration(self) -> ExpertRegistration:
+        """The ``worx.experts`` record announcing this expert."""
+        return ExpertRegistration(
+            expert_id=self.expert_id,
+            domain_id=self.domain_id,
+            sha256=self.sha256,
+            trunk_fingerprint=self.trunk_fingerprint,
+            centroid=list(self.centroid),
+            parent_expert_id=self.parent_expert_id,
+            job_id=self.job_id,
+            num_params=self.num_params,
+            summary=dict(self.summary),
+            created_ms=self.created_ms,
+        )
+
+    def public(self) -> dict[str, Any]:
+        """A short description (for listings): everything but the centroid."""
+        body = self.to_dict()
+        body.pop("centroid")
+        return body

@@ -1,0 +1,404 @@
+"""Serving: score and generate with the mixture, and register experts while serving.
+
+:class:`ExpertServer` holds the current :class:`~experts.table.ExpertTable` behind one
+reference. ``register`` verifies the expert fully (manifest, trunk, sha256, load into the
+LRU cache) *before* building the next table and swapping the reference, so the first
+request that is routed to a new expert finds it loaded, and a request already running
+keeps the table it started with. Nothing in a registration can fail a request: a refused
+expert is reported (``refusals``) and never enters a table. If an expert that was
+registered fails its re-verification on a later load (the file changed on disk), it is
+quarantined, dropped from the table, and the request is served again without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from experts.expert import Expert
+from experts.manifest import Manifest
+from experts.mixture import Mixture
+from experts.records import ExpertRegistration
+from experts.store import ExpertRefused, ExpertStore
+from experts.table import ExpertTable
+from experts.trunk import Trunk
+from router.gate import Gate
+from worx.ids import UnsafeIdError, validate_id
+
+log = logging.getLogger(__name__)
+
+
+class RequestError(ValueError):
+    """A request the server cannot serve as asked (HTTP 400), with what to change."""
+
+
+@dataclass(frozen=True)
+class RegisterOutcome:
+    expert_id: str
+    status: str  # "registered" | "unchanged" | "refused" | "removed"
+    table_version: int
+    elapsed_ms: float
+    refusal: dict[str, Any] | None = None  # ExpertRefused.to_dict() when refused
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "expert_id": self.expert_id,
+            "status": self.status,
+            "table_version": self.table_version,
+            "elapsed_ms": round(self.elapsed_ms, 3),
+            "refusal": self.refusal,
+        }
+
+
+class ExpertServer:
+    """Mixture inference over a hot-swappable, immutable expert table.
+
+    Parameters
+    ----------
+    trunk : Trunk
+        The frozen trunk.
+    store : ExpertStore
+        Opened with ``trunk.fingerprint``; every expert is loaded (and verified) from it.
+    embedder : object with ``embed(list[str]) -> (N, dim)``
+        The router's embedder (the same the stream uses), for the gate.
+    gate : Gate
+        Turns a document embedding into expert weights.
+    max_tokens, max_new_tokens : int
+        Longest scored text (longer ones are cut, and say so) and generation bound.
+    """
+
+    def __init__(
+        self,
+        trunk: Trunk,
+        store: ExpertStore,
+        embedder: Any,
+        gate: Gate,
+        max_tokens: int = 1024,
+        max_new_tokens: int = 128,
+    ) -> None:
+        if store.trunk_fingerprint != trunk.fingerprint:
+            raise ValueError("the store must be opened with the trunk's fingerprint")
+        self.trunk = trunk
+        self.store = store
+        self.embedder = embedder
+        self.gate = gate
+        config = trunk.model.config
+        positions = getattr(config, "max_position_embeddings", None) or getattr(
+            config, "n_positions", None
+        )
+        # never feed the trunk more positions than it has (a longer text is cut, and says so)
+        self.max_tokens = min(max_tokens, positions) if positions else max_tokens
+        self.max_new_tokens = max_new_tokens
+        self._on_device: dict[str, tuple[Any, Any]] = {}  # id -> (store's expert, device copy)
+        self._device_lock = threading.Lock()
+        self._table = ExpertTable({}, self._load_expert)
+        self._swap_lock = threading.Lock()  # serialises registrations, never requests
+        self.refusals: deque[dict[str, Any]] = deque(maxlen=1000)
+        self.requests = 0
+        self.failed_requests = 0
+        self.started = time.time()
+
+    # ------------------------------------------------------------------ table
+    @property
+    def table(self) -> ExpertTable:
+        """The current table (a request should read this once and keep it)."""
+        return self._table
+
+    def rebuild_from_store(self) -> ExpertTable:
+        """Start from every valid expert in the store (restart path); refusals are reported."""
+        manifests: dict[str, Manifest] = {}
+        for expert_id in self.store.ids():
+            try:
+                manifest = self.store.manifest(expert_id)
+                self._check_centroid(manifest)
+            except ExpertRefused as exc:
+                self._record(exc)
+                continue
+            manifests[expert_id] = manifest
+        with self._swap_lock:
+            self._table = ExpertTable(manifests, self._load_expert, self._table.version + 1)
+        log.info("expert table rebuilt from the store: %d experts", len(manifests))
+        return self._table
+
+    def register(self, registration: ExpertRegistration) -> RegisterOutcome:
+        """Verify and load the registered expert, then swap in a table that includes it.
+
+        Never raises for a bad expert: the outcome says ``refused`` with the reason.
+        """
+        start = time.perf_counter()
+        expert_id = registration.expert_id
+        with self._swap_lock:
+            try:
+                manifest = self._verify(registration)
+            except ExpertRefused as exc:
+                self._record(exc)
+                return self._outcome(expert_id, "refused", start, exc.to_dict())
+            current = self._table
+            existing = current.manifests.get(expert_id)
+            if existing is not None and existing.sha256 == manifest.sha256:
+                return self._outcome(expert_id, "unchanged", start)
+            self._table = current.with_manifest(manifest)
+        outcome = self._outcome(expert_id, "registered", start)
+        log.info(
+            "registered expert %s (table v%d, %.1f ms)",
+            expert_id,
+            outcome.table_version,
+            outcome.elapsed_ms,
+        )
+        return outcome
+
+    def unregister(self, expert_id: str) -> RegisterOutcome:
+        """Drop ``expert_id`` from the table (a tombstone on the topic); the store keeps it."""
+        start = time.perf_counter()
+        with self._swap_lock:
+            if expert_id in self._table:
+                self._table = self._table.without(expert_id)
+        return self._outcome(expert_id, "removed", start)
+
+    def _verify(self, registration: ExpertRegistration) -> Manifest:
+        expert_id = registration.expert_id
+        try:
+            validate_id(expert_id, kind="expert_id")
+        except UnsafeIdError as exc:
+            raise ExpertRefused("unsafe_id", str(expert_id), str(exc)) from exc
+        if registration.trunk_fingerprint != self.trunk.fingerprint:
+            if expert_id in self.store:
+                self.store.manifest(expert_id)  # a stored foreign expert: refused, quarantined
+            raise ExpertRefused(
+                "wrong_trunk",
+                expert_id,
+                f"registered for trunk {registration.trunk_fingerprint[:12]}..., this server "
+                f"runs {self.trunk.fingerprint[:12]}...",
+            )
+        manifest = self.store.manifest(expert_id)  # bad_manifest / wrong_trunk / missing
+        if manifest.sha256 != registration.sha256:
+            raise ExpertRefused(
+                "duplicate_id",
+                expert_id,
+                f"the registration names sha256 {registration.sha256[:12]}..., the stored "
+                f"expert with this id has {manifest.sha256[:12]}...; ids are write-once",
+            )
+        self._check_centroid(manifest)
+        self._load_expert(expert_id)  # verify sha256 and warm the caches before any request
+        return manifest
+
+    def _load_expert(self, expert_id: str) -> Any:
+        """The verified expert from the store, on the trunk's device and in its dtype.
+
+        On the CPU in the stored dtype, that is the store's memory-mapped expert itself; a
+        copy is made (and kept while the store's LRU keeps the original) otherwise.
+        """
+        expert = self.store.get(expert_id)
+        param = next(expert.parameters())
+        if param.device == self.trunk.device and param.dtype == self.trunk.dtype:
+            return expert
+        with self._device_lock:
+            held = self._on_device.get(expert_id)
+            if held is None or held[0] is not expert:
+                copy = Expert.from_tensors(
+                    expert.config,
+                    expert.hidden_size,
+                    {
+                        k: v.to(self.trunk.device, self.trunk.dtype)
+                        for k, v in expert.state_dict().items()
+                    },
+                )
+                held = (expert, copy)
+                self._on_device[expert_id] = held
+            cached = set(self.store.cached_ids())
+            for stale in [k for k in self._on_device if k not in cached]:
+                del self._on_device[stale]
+            return held[1]
+
+    def _check_centroid(self, manifest: Manifest) -> None:
+        dim = getattr(self.embedder, "dim", None)
+        if dim is not None and len(manifest.centroid) != dim:
+            raise ExpertRefused(
+                "bad_manifest",
+                manifest.expert_id,
+                f"centroid has {len(manifest.centroid)} dimensions, the embedder makes {dim}: "
+                "it was made with another embedder",
+            )
+
+    def _record(self, exc: ExpertRefused) -> None:
+        self.refusals.append({**exc.to_dict(), "at_ms": int(time.time() * 1000)})
+        log.warning("%s", exc)
+
+    def _outcome(
+        self, expert_id: str, status: str, start: float, refusal: dict | None = None
+    ) -> RegisterOutcome:
+        elapsed = (time.perf_counter() - start) * 1000
+        return RegisterOutcome(expert_id, status, self._table.version, elapsed, refusal)
+
+    # ------------------------------------------------------------------ requests
+    def route(self, text: str, table: ExpertTable) -> dict[str, float]:
+        embedding = np.asarray(self.embedder.embed([text]))[0]  # (dim,)
+        return self.gate.route(embedding, table.index)
+
+    def _encode(self, text: str, limit: int, keep_tail: bool = False) -> tuple[torch.Tensor, bool]:
+        """``(1, T)`` token ids of ``text``, at most ``limit`` (the head, or the tail)."""
+        if not isinstance(text, str) or not text:
+            raise RequestError("'text' must be a non-empty string")
+        ids = self.trunk.tokenizer(text)["input_ids"]
+        cut = len(ids) > limit
+        ids = ids[len(ids) - limit :] if keep_tail and cut else ids[:limit]
+        return torch.tensor([ids], dtype=torch.long, device=self.trunk.device), cut
+
+    def _with_table(self, work):
+        """Run ``work(table)`` on the current table; if a registered expert now fails its
+        verification, drop it (quarantined by the store) and run again without it."""
+        self.requests += 1
+        try:
+            for _ in range(8):
+                table = self._table
+                try:
+                    return work(table)
+                except ExpertRefused as exc:
+                    self._record(exc)
+                    self.unregister(exc.expert_id)
+            raise RuntimeError("too many experts refused while serving one request")
+        except RequestError:
+            raise
+        except Exception:
+            self.failed_requests += 1
+            raise
+
+    def score(self, text: str, expert_weights: dict[str, float] | None = None) -> dict[str, Any]:
+        """Per-token loss and perplexity of ``text`` under the mixture the gate picks.
+
+        ``expert_weights`` overrides the gate (names must be registered experts).
+        """
+        input_ids, cut = self._encode(text, self.max_tokens)
+        if input_ids.shape[1] < 2:
+            raise RequestError("'text' must be at least two tokens long to be scored")
+
+        def work(table: ExpertTable) -> dict[str, Any]:
+            weights = self.route(text, table) if expert_weights is None else expert_weights
+            unknown = sorted(set(weights) - set(table))
+            if unknown:
+                raise RequestError(f"unknown expert(s) {unknown}; GET /experts lists them")
+            with torch.no_grad():
+                losses, _ = Mixture(self.trunk, table).token_losses(input_ids, None, [weights])
+            token_losses = [float(v) for v in losses[0]]
+            mean = sum(token_losses) / len(token_losses)
+            tokens = self.trunk.tokenizer.convert_ids_to_tokens(input_ids[0].tolist())
+            return {
+                "experts": weights,
+                "table_version": table.version,
+                "tokens": tokens[1:],
+                "token_losses": token_losses,
+                "mean_loss": mean,
+                "perplexity": math.exp(min(mean, 700.0)),
+                "truncated": cut,
+            }
+
+        return self._with_table(work)
+
+    def generate(
+        self, text: str, max_new_tokens: int = 32, expert_weights: dict[str, float] | None = None
+    ) -> dict[str, Any]:
+        """Greedy continuation of ``text`` under the mixture the gate picks."""
+        bound = min(self.max_new_tokens, self.max_tokens - 1)
+        if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= bound:
+            raise RequestError(f"'max_new_tokens' must be an int in [1, {bound}]")
+        # the prompt's tail, so that prompt + continuation fit the trunk's positions
+        input_ids, cut = self._encode(text, self.max_tokens - max_new_tokens, keep_tail=True)
+        tokenizer = self.trunk.tokenizer
+
+        def work(table: ExpertTable) -> dict[str, Any]:
+            weights = self.route(text, table) if expert_weights is None else expert_weights
+            unknown = sorted(set(weights) - set(table))
+            if unknown:
+                raise RequestError(f"unknown expert(s) {unknown}; GET /experts lists them")
+            mixture = Mixture(self.trunk, table)
+            with torch.no_grad(), mixture.routing([weights]):
+                out = self.trunk.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=torch.ones_like(input_ids),
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+            new = out[0, input_ids.shape[1] :].tolist()
+            return {
+                "experts": weights,
+                "table_version": table.version,
+                "continuation": tokenizer.decode(new, skip_special_tokens=True),
+                "new_tokens": len(new),
+                "truncated": cut,
+            }
+
+        return self._with_table(work)
+
+    # ------------------------------------------------------------------ introspection
+    def experts(self) -> list[dict[str, Any]]:
+        return [m.public() for m in self._table.manifests.values()]
+
+    def health(self) -> dict[str, Any]:
+        table = self._table
+        return {
+            "status": "ok",
+            "trunk": self.trunk.fingerprint,
+            "trunk_family": self.trunk.family,
+            "experts": len(table),
+            "table_version": table.version,
+            "requests": self.requests,
+            "failed_requests": self.failed_requests,
+            "refusals": list(self.refusals)[-20:],
+            "cache": self.store.cache_info(),
+            "uptime_s": round(time.time() - self.started, 1),
+        }
+
+
+def resolve_paths(
+    config: Any, trunk: str | None = None, store: str | None = None
+) -> tuple[str, str]:
+    """Trunk directory and store root from arguments, then ``[experts]``, then defaults.
+
+    Store: ``--store``, ``experts.store_dir``, ``trainer.store_dir``, ``<data_dir>/experts``
+    (the trainer writes where the server reads unless told otherwise).
+    """
+    from pathlib import Path
+
+    trunk_dir = trunk or config.experts.trunk_dir
+    if not trunk_dir:
+        from experts.default_trunk import default_trunk_dir
+
+        trunk_dir = str(default_trunk_dir())
+    store_dir = (
+        store
+        or config.experts.store_dir
+        or getattr(config.trainer, "store_dir", "")
+        or str(Path(config.data_dir) / "experts")
+    )
+    return trunk_dir, store_dir
+
+
+def server_from_config(
+    config: Any, trunk_dir: str | None = None, store_dir: str | None = None
+) -> ExpertServer:
+    """Load the trunk, open the store, build embedder and gate as ``config`` says."""
+    from experts.trunk import load_trunk
+    from router.embed import default_embedder
+
+    section = config.experts
+    trunk_path, store_path = resolve_paths(config, trunk_dir, store_dir)
+    trunk = load_trunk(trunk_path, dtype=getattr(torch, section.trunk_dtype))
+    store = ExpertStore(store_path, trunk.fingerprint, lru_budget_bytes=section.lru_budget_mb << 20)
+    gate = Gate(section.gate_top_k, section.gate_temperature, section.gate_min_similarity)
+    return ExpertServer(
+        trunk,
+        store,
+        default_embedder(config.router),
+        gate,
+        max_tokens=section.max_tokens,
+        max_new_tokens=section.max_new_tokens,
+    )

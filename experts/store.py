@@ -1,0 +1,519 @@
+"""The write-once expert store: ``<root>/<expert_id>/weights.safetensors`` + ``manifest.json``.
+
+* Write-once: an expert is written into a temporary directory (files fsynced), which is
+  then renamed to ``<root>/<expert_id>`` in one step, so readers see all of it or nothing.
+  Putting an existing id with the same sha256 is a no-op; with another sha256 it is refused.
+* Verified on every load: the file is memory-mapped, its size and sha256 are checked
+  against the manifest, and the tensors are views of that same mapping (no second read,
+  nothing between the check and the use).
+* Refusals (:class:`ExpertRefused`) carry one ``reason`` of :data:`REASONS`; a refused
+  entry is quarantined: moved to ``<root>/.quarantine/<name>-<ms>/`` with ``reason.json``.
+* Loaded experts sit in an LRU cache bounded in bytes, so the store can hold far more
+  experts than memory.
+
+Example
+-------
+>>> store = ExpertStore(tmp, trunk.fingerprint, lru_budget_bytes=64 << 20)  # doctest: +SKIP
+>>> manifest = store.put("legal-1", expert, "legal", centroid)  # doctest: +SKIP
+>>> store.get("legal-1")  # verified, memory-mapped  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import mmap
+import os
+import shutil
+import struct
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save as save_safetensors
+
+from experts.expert import Expert, ExpertConfigError
+from experts.manifest import Manifest, ManifestError
+from worx.atomic import atomic_write_json, fsync_dir
+from worx.ids import UnsafeIdError, validate_id
+
+log = logging.getLogger(__name__)
+
+WEIGHTS = "weights.safetensors"
+MANIFEST = "manifest.json"
+QUARANTINE = ".quarantine"
+REASONS = (
+    "corrupt",
+    "truncated",
+    "bad_manifest",
+    "unsafe_id",
+    "wrong_trunk",
+    "duplicate_id",
+    "missing",
+)
+_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+}
+_MAX_HEADER = 100 << 20  # a safetensors header larger than this is not one of ours
+
+
+class ExpertRefused(Exception):
+    """An expert that will not be stored or loaded, and why.
+
+    Attributes
+    ----------
+    reason : str
+        One of :data:`REASONS`.
+    expert_id : str
+        The id as given (possibly unsafe: never use it as a path).
+    quarantined : Path or None
+        Where the refused entry was moved, if it was.
+    """
+
+    def __init__(
+        self, reason: str, expert_id: str, detail: str, quarantined: Path | None = None
+    ) -> None:
+        assert reason in REASONS, reason
+        self.reason = reason
+        self.expert_id = expert_id
+        self.detail = detail
+        self.quarantined = quarantined
+        super().__init__(reason, expert_id, detail)
+
+    def __str__(self) -> str:
+        where = f" (quarantined to {self.quarantined})" if self.quarantined else ""
+        return f"expert {self.expert_id!r} refused [{self.reason}]: {self.detail}{where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "expert_id": self.expert_id,
+            "reason": self.reason,
+            "detail": self.detail,
+            "quarantined": str(self.quarantined) if self.quarantined else None,
+        }
+
+
+@dataclass
+class VerifyReport:
+    """Outcome of re-hashing every expert in the store."""
+
+    ok: list[str] = field(default_factory=list)
+    refused: list[dict[str, Any]] = field(default_factory=list)  # ExpertRefused.to_dict() items
+
+    @property
+    def checked(self) -> int:
+        return len(self.ok) + len(self.refused)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checked": self.checked, "ok": self.ok, "refused": self.refused}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _parse_safetensors(buf: Any, size: int) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors viewing ``buf`` (a writable buffer of ``size`` bytes) and the file's metadata.
+
+    Raises ValueError describing the first structural problem found.
+    """
+    if size < 8:
+        raise ValueError(f"file of {size} bytes is too short for a safetensors header")
+    (header_len,) = struct.unpack("<Q", bytes(buf[:8]))
+    if header_len > min(_MAX_HEADER, size - 8):
+        raise ValueError(f"header length {header_len} does not fit in a file of {size} bytes")
+    try:
+        header = json.loads(bytes(buf[8 : 8 + header_len]))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"header is not JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    metadata = header.pop("__metadata__", None) or {}
+    base = 8 + header_len
+    tensors: dict[str, torch.Tensor] = {}
+    for name, info in header.items():
+        try:
+            dtype = _DTYPES[info["dtype"]]
+            shape = [int(s) for s in info["shape"]]
+            begin, end = (int(o) for o in info["data_offsets"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"tensor {name!r} has a malformed header entry") from exc
+        count = 1
+        for dim in shape:
+            count *= dim
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if begin < 0 or end != begin + count * itemsize or base + end > size:
+            raise ValueError(f"tensor {name!r} data [{begin}, {end}) is out of bounds or mis-sized")
+        flat = (
+            torch.frombuffer(buf, dtype=dtype, count=count, offset=base + begin)
+            if count
+            else torch.empty(0, dtype=dtype)
+        )
+        tensors[name] = flat.view(shape)
+    return tensors, metadata
+
+
+class ExpertStore:
+    """Write-once, verified, lazily loaded expert store rooted at ``root``.
+
+    Parameters
+    ----------
+    root : path
+        Store directory (created if missing).
+    trunk_fingerprint : str or None
+        The trunk experts must have been built on; ``None`` (inspection only) skips that
+        check and forbids :meth:`put`.
+    lru_budget_bytes : int
+        Upper bound on the bytes of loaded experts kept in memory (the most recently used
+        expert is always kept, even if alone it is larger).
+    quarantine : bool
+        Move refused entries aside (default) instead of leaving them in place.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        trunk_fingerprint: str | None,
+        lru_budget_bytes: int = 512 << 20,
+        quarantine: bool = True,
+    ) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.trunk_fingerprint = trunk_fingerprint
+        self.lru_budget_bytes = int(lru_budget_bytes)
+        self.quarantine_enabled = quarantine
+        self._cache: OrderedDict[str, tuple[Expert, int]] = OrderedDict()
+        self._cached_bytes = 0
+        self._lock = threading.Lock()
+        self.loads = 0  # verified loads from disk (cache misses)
+        self.hits = 0
+
+    # ------------------------------------------------------------------ write
+    def put(
+        self,
+        expert_id: str,
+        expert: Expert,
+        domain_id: str,
+        centroid: Sequence[float],
+        parent_expert_id: str | None = None,
+        summary: dict | None = None,
+        job_id: str | None = None,
+        created_ms: int | None = None,
+    ) -> Manifest:
+        """Write ``expert`` once; return its manifest.
+
+        Raises
+        ------
+        ExpertRefused
+            ``unsafe_id`` for an id that cannot name a directory, ``bad_manifest`` for
+            invalid fields, ``duplicate_id`` if ``expert_id`` exists with another sha256.
+        """
+        if self.trunk_fingerprint is None:
+            raise ValueError("this store was opened without a trunk fingerprint; it cannot write")
+        try:
+            validate_id(expert_id, kind="expert_id")
+        except UnsafeIdError as exc:
+            raise ExpertRefused("unsafe_id", str(expert_id), str(exc)) from exc
+        tensors = expert.tensors()
+        # One metadata key only: safetensors writes metadata from a hash map, so with several
+        # keys their order (and the file's sha256) would change from one write to the next.
+        described = {
+            "expert_id": expert_id,
+            "config": expert.config.to_dict(),
+            "hidden_size": expert.hidden_size,
+        }
+        metadata = {"worx_expert": json.dumps(described, sort_keys=True)}
+        data = save_safetensors(tensors, metadata=metadata)
+        sha = hashlib.sha256(data).hexdigest()
+        manifest = Manifest(
+            expert_id=expert_id,
+            domain_id=domain_id,
+            centroid=[float(v) for v in centroid],
+            trunk_fingerprint=self.trunk_fingerprint,
+            config=expert.config.to_dict(),
+            hidden_size=expert.hidden_size,
+            sha256=sha,
+            size_bytes=len(data),
+            num_params=expert.num_params(),
+            parent_expert_id=parent_expert_id,
+            job_id=job_id,
+            summary=dict(summary or {}),
+            created_ms=_now_ms() if created_ms is None else int(created_ms),
+        )
+        try:
+            manifest.check()
+        except ManifestError as exc:
+            raise ExpertRefused("bad_manifest", expert_id, str(exc)) from exc
+        target = self.root / expert_id
+        if target.exists():
+            return self._same_or_refuse(expert_id, sha)
+        tmp = self.root / f".tmp-{expert_id}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            _write_synced(tmp / WEIGHTS, data)
+            _write_synced(
+                tmp / MANIFEST, json.dumps(manifest.to_dict(), indent=2, sort_keys=True).encode()
+            )
+            fsync_dir(tmp)
+            try:
+                os.rename(tmp, target)  # atomic; fails if another writer got there first
+            except OSError:
+                if target.exists():
+                    return self._same_or_refuse(expert_id, sha)
+                raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        fsync_dir(self.root)
+        log.info(
+            "stored expert %s (%d params, sha256 %s)", expert_id, manifest.num_params, sha[:12]
+        )
+        return manifest
+
+    def _same_or_refuse(self, expert_id: str, sha: str) -> Manifest:
+        existing = self.manifest(expert_id)
+        if existing.sha256 != sha:
+            raise ExpertRefused(
+                "duplicate_id",
+                expert_id,
+                f"an expert with this id is already stored with sha256 {existing.sha256[:12]}..., "
+                f"this one has {sha[:12]}...; experts are write-once: register it under a new id",
+            )
+        log.info("expert %s already stored with the same sha256: no-op", expert_id)
+        return existing
+
+    # ------------------------------------------------------------------ read
+    def ids(self) -> list[str]:
+        """Ids of every entry (a directory not starting with '.'), sorted; unverified."""
+        return sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+
+    def __contains__(self, expert_id: object) -> bool:
+        """True if ``expert_id`` names an entry directly under the root (even an unsafe name)."""
+        if not isinstance(expert_id, str) or not expert_id or expert_id.startswith("."):
+            return False
+        if "/" in expert_id or "\\" in expert_id or "\0" in expert_id:
+            return False
+        return (self.root / expert_id).is_dir()
+
+    def manifest(self, expert_id: str) -> Manifest:
+        """The validated manifest of ``expert_id``.
+
+        Raises
+        ------
+        ExpertRefused
+            ``unsafe_id``, ``missing``, ``bad_manifest`` (quarantined) or ``wrong_trunk``
+            (quarantined) when this store has a trunk fingerprint and it differs.
+        """
+        try:
+            validate_id(expert_id, kind="expert_id")
+        except UnsafeIdError as exc:
+            refused = ExpertRefused("unsafe_id", str(expert_id), str(exc))
+            if isinstance(expert_id, str) and expert_id in self:
+                refused = self._refuse(refused)
+            raise refused from exc
+        entry = self.root / expert_id
+        if not entry.is_dir():
+            raise ExpertRefused(
+                "missing", expert_id, f"no expert {expert_id!r} in store {self.root}"
+            )
+        try:
+            manifest = Manifest.parse((entry / MANIFEST).read_bytes())
+        except FileNotFoundError:
+            raise self._refuse(
+                ExpertRefused("bad_manifest", expert_id, f"{MANIFEST} is missing")
+            ) from None
+        except ManifestError as exc:
+            raise self._refuse(ExpertRefused("bad_manifest", expert_id, str(exc))) from exc
+        if manifest.expert_id != expert_id:
+            detail = (
+                f"manifest names expert {manifest.expert_id!r} but sits in directory {expert_id!r}"
+            )
+            raise self._refuse(ExpertRefused("bad_manifest", expert_id, detail))
+        if (
+            self.trunk_fingerprint is not None
+            and manifest.trunk_fingerprint != self.trunk_fingerprint
+        ):
+            detail = (
+                f"built on trunk {manifest.trunk_fingerprint[:12]}..., this trunk is "
+                f"{self.trunk_fingerprint[:12]}...; an expert only loads onto its own trunk"
+            )
+            raise self._refuse(ExpertRefused("wrong_trunk", expert_id, detail))
+        return manifest
+
+    def get(self, expert_id: str) -> Expert:
+        """The expert, from the LRU cache or loaded (memory-mapped, sha256-verified).
+
+        Raises
+        ------
+        ExpertRefused
+            Any reason of :meth:`manifest`, or ``truncated``/``corrupt`` weights
+            (quarantined). Nothing is cached for a refused expert.
+        """
+        with self._lock:
+            cached = self._cache.get(expert_id)
+            if cached is not None:
+                self._cache.move_to_end(expert_id)
+                self.hits += 1
+                return cached[0]
+        expert, nbytes = self._load(expert_id)
+        with self._lock:
+            if expert_id not in self._cache:
+                self._cache[expert_id] = (expert, nbytes)
+                self._cached_bytes += nbytes
+                self.loads += 1
+            self._cache.move_to_end(expert_id)
+            while self._cached_bytes > self.lru_budget_bytes and len(self._cache) > 1:
+                _, (_, evicted) = self._cache.popitem(last=False)
+                self._cached_bytes -= evicted
+            return self._cache[expert_id][0]
+
+    def _load(self, expert_id: str) -> tuple[Expert, int]:
+        manifest = self.manifest(expert_id)
+        path = self.root / expert_id / WEIGHTS
+        try:
+            handle = path.open("rb")
+        except FileNotFoundError:
+            raise self._refuse(
+                ExpertRefused("truncated", expert_id, f"{WEIGHTS} is missing")
+            ) from None
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size < manifest.size_bytes:
+                detail = f"{WEIGHTS} has {size} bytes, the manifest says {manifest.size_bytes}"
+                raise self._refuse(ExpertRefused("truncated", expert_id, detail))
+            if size > manifest.size_bytes:
+                detail = (
+                    f"{WEIGHTS} has {size} bytes, more than the manifest's {manifest.size_bytes}"
+                )
+                raise self._refuse(ExpertRefused("corrupt", expert_id, detail))
+            mapped = mmap.mmap(
+                handle.fileno(), 0, access=mmap.ACCESS_COPY
+            )  # private: never writes back
+        sha = hashlib.sha256(mapped).hexdigest()
+        if sha != manifest.sha256:
+            detail = (
+                f"sha256 of {WEIGHTS} is {sha[:12]}..., the manifest says {manifest.sha256[:12]}..."
+            )
+            raise self._refuse(ExpertRefused("corrupt", expert_id, detail))
+        try:
+            tensors, _ = _parse_safetensors(mapped, size)
+            expert = Expert.from_tensors(manifest.expert_config(), manifest.hidden_size, tensors)
+        except ValueError as exc:  # ExpertConfigError is a ValueError
+            reason = "bad_manifest" if isinstance(exc, ExpertConfigError) else "corrupt"
+            raise self._refuse(ExpertRefused(reason, expert_id, str(exc))) from exc
+        return expert, size
+
+    def cache_info(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "cached_experts": len(self._cache),
+                "cached_bytes": self._cached_bytes,
+                "budget_bytes": self.lru_budget_bytes,
+                "loads": self.loads,
+                "hits": self.hits,
+            }
+
+    def cached_ids(self) -> list[str]:
+        """Ids held in the LRU cache, least recently used first."""
+        with self._lock:
+            return list(self._cache)
+
+    def evict(self, expert_id: str) -> None:
+        with self._lock:
+            cached = self._cache.pop(expert_id, None)
+            if cached is not None:
+                self._cached_bytes -= cached[1]
+
+    # ------------------------------------------------------------------ verify / quarantine
+    def verify(self, quarantine: bool | None = None) -> VerifyReport:
+        """Re-hash and re-validate every entry (bypassing the cache); report each outcome.
+
+        ``quarantine`` overrides the store's setting for this call.
+        """
+        saved = self.quarantine_enabled
+        if quarantine is not None:
+            self.quarantine_enabled = quarantine
+        report = VerifyReport()
+        try:
+            for expert_id in self.ids():
+                try:
+                    self._load(expert_id)
+                except ExpertRefused as exc:
+                    report.refused.append(exc.to_dict())
+                else:
+                    report.ok.append(expert_id)
+        finally:
+            self.quarantine_enabled = saved
+        return report
+
+    def _refuse(self, refused: ExpertRefused) -> ExpertRefused:
+        """Quarantine the entry behind ``refused`` (if enabled and present); return it."""
+        self.evict(refused.expert_id)
+        name = refused.expert_id
+        entry = self.root / name
+        if not self.quarantine_enabled or name not in self:
+            log.warning("%s", refused)
+            return refused
+        qdir = self.root / QUARANTINE
+        qdir.mkdir(exist_ok=True)
+        dest = qdir / f"{name}-{_now_ms()}-{uuid.uuid4().hex[:6]}"
+        try:
+            os.rename(entry, dest)
+        except OSError as exc:  # another process moved it first
+            log.warning("could not quarantine %s: %s", entry, exc)
+            return refused
+        refused.quarantined = dest
+        atomic_write_json(dest / "reason.json", {**refused.to_dict(), "quarantined_ms": _now_ms()})
+        fsync_dir(self.root)
+        log.error("%s", refused)
+        return refused
+
+    def quarantined(self) -> list[dict[str, Any]]:
+        """``reason.json`` of every quarantined entry."""
+        qdir = self.root / QUARANTINE
+        out = []
+        for entry in sorted(qdir.iterdir()) if qdir.is_dir() else []:
+            try:
+                out.append(json.loads((entry / "reason.json").read_text()))
+            except (OSError, json.JSONDecodeError):
+                out.append(
+                    {"expert_id": entry.name, "reason": "unknown", "detail": "no reason.json"}
+                )
+        return out
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with path.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def sha256_of(path: str | os.PathLike[str]) -> str:
+    """sha256 hex of a file (what the manifest records for ``weights.safetensors``)."""
+    return _sha256_file(Path(path))

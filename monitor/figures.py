@@ -1,0 +1,89 @@
+"""Every figure of the dashboard and the report, as one JSON-able dict (the single source).
+
+The dashboard polls it from ``/api/state``; ``worx report`` draws the same numbers with
+matplotlib and writes them to ``figures.json``; Prometheus exports them as gauges.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from monitor.history import RUNS, MatrixHistory
+
+
+def _run_figures(history: MatrixHistory, run: str) -> dict[str, Any] | None:
+    rows = history.rows(run)
+    if not rows:
+        return None
+    m = history.matrix(run)
+    summaries = history.summaries(run)
+    domains = m["domains"]
+    return {
+        "domains": domains,
+        "steps": [r.step for r in rows],
+        "step_labels": [
+            "trunk" if r.step == 0 else f"+{r.arrived_domain or r.arrived_expert}" for r in rows
+        ],
+        "loss": m["loss"],  # (steps, domains), None = not evaluated
+        "perplexity": [
+            [None if v is None else math.exp(min(v, 700.0)) for v in r] for r in m["loss"]
+        ],
+        "arrivals": m["arrivals"],  # per domain: step of its expert, None = never
+        "experts": m["experts"],  # per step: the expert that arrived (None at step 0)
+        "created_ms": [r.created_ms for r in rows],
+        "forgetting_avg": [s["forgetting_avg"] for s in summaries],
+        "forgetting_max": [s["forgetting_max"] for s in summaries],
+        "forgetting_all_avg": [s["forgetting_all_avg"] for s in summaries],
+        "relative_ppl_change_max": [s["relative_ppl_change_max"] for s in summaries],
+        "backward_transfer": [s["backward_transfer"] for s in summaries],
+        "forward_transfer": summaries[-1]["forward_transfer"],
+        "forward_transfer_avg": summaries[-1]["forward_transfer_avg"],
+        "forgetting_now": summaries[-1]["forgetting"],  # per domain, latest step
+        # (steps, domains): loss now minus the best earlier loss (heatmap colours)
+        "forgetting_matrix": [s["forgetting"] for s in summaries],
+        "weight_changes": [r.weight_changes for r in rows],
+        "routing_changed": [r.routing_changed for r in rows],
+        "routing_loss_delta": [r.routing_loss_delta for r in rows],
+        "heldout_size": rows[-1].heldout_size,
+    }
+
+
+def build_state(
+    history: MatrixHistory, live: dict[str, Any] | None = None, store: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The whole picture: ``{"runs": {"ours", "dense_baseline"}, "live", "store", "headline"}``.
+
+    Parameters
+    ----------
+    live
+        :meth:`monitor.live.LiveState.snapshot` (stream rates, jobs, drift...), if running.
+    store
+        ``{"experts": n, "bytes": n, "quarantined": n}`` of the expert store, if known.
+    """
+    runs = {run: _run_figures(history, run) for run in RUNS}
+    ours = runs["ours"]
+    base = runs["dense_baseline"]
+    live = live or {}
+    weight_total = sum(len(w) for w in ours["weight_changes"]) if ours else 0
+    headline = {
+        "steps": len(ours["steps"]) if ours else 0,
+        "experts": len(ours["steps"]) - 1 if ours else 0,
+        "domains": len(ours["domains"]) if ours else 0,
+        "forgetting_avg": ours["forgetting_avg"][-1] if ours else None,
+        "forgetting_max": ours["forgetting_max"][-1] if ours else None,
+        "backward_transfer": ours["backward_transfer"][-1] if ours else None,
+        "baseline_forgetting_avg": base["forgetting_avg"][-1] if base else None,
+        "baseline_forgetting_max": base["forgetting_max"][-1] if base else None,
+        "baseline_backward_transfer": base["backward_transfer"][-1] if base else None,
+        "weight_changes": weight_total,
+        "dead_letters": sum(live.get("dead_letters", {}).values()),
+    }
+    return {
+        "generated_ms": int(time.time() * 1000),
+        "headline": headline,
+        "runs": runs,
+        "live": live,
+        "store": store or {},
+    }

@@ -1,0 +1,97 @@
+"""Whole-run figures for the demo's report: forgetting of old domains, ours vs the dense
+baseline, and perplexity of each new domain before and after its expert.
+
+Columns are discovered domain ids; ``labels`` maps them to the stream's given labels (the
+majority label of each domain's members), which is how a run on a labelled corpus is scored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from monitor.records import EvalRow
+
+
+def max_old_domain_loss_rise(rows: Sequence[EvalRow]) -> float:
+    """Largest relative rise of a domain's loss above its best earlier value, counted only
+    once the domain is "old": after its own expert arrived, or from row 0 for a domain served
+    by the trunk alone. ``(L[i,j] - min_{s_j <= k < i} L[k,j]) / min(...)``; 0.0 if no step
+    has an earlier value to compare with. Negative values (improvements) are floored at 0.
+    """
+    ordered = sorted(rows, key=lambda r: r.step)
+    arrival: dict[str, int] = {}
+    for row in ordered:
+        if row.arrived_domain and row.arrived_domain not in arrival:
+            arrival[row.arrived_domain] = row.step
+    worst = 0.0
+    best: dict[str, float] = {}
+    for row in ordered:
+        for domain, loss in row.loss.items():
+            if not math.isfinite(loss):
+                continue
+            start = arrival.get(domain, 0)
+            if row.step < start:
+                continue
+            if domain in best:
+                worst = max(worst, (loss - best[domain]) / best[domain])
+                best[domain] = min(best[domain], loss)
+            else:
+                best[domain] = loss
+    return worst
+
+
+def weight_forgetting(rows: Sequence[EvalRow]) -> int:
+    """Number of tensors (trunk or earlier experts) whose hash changed, over the whole run."""
+    return sum(len(row.weight_changes) for row in rows)
+
+
+def new_domain_perplexities(
+    rows: Sequence[EvalRow], labels: Mapping[str, str], new_labels: Sequence[str]
+) -> dict[str, dict[str, float | None]]:
+    """For each new label: perplexity of its domain under the trunk alone (row 0, or the first
+    row that has the domain) and in the last row. With several domains for one label, the
+    one that got an expert (else the largest held-out set) speaks for it."""
+    ordered = sorted(rows, key=lambda r: r.step)
+    if not ordered:
+        return {label: {"ppl_trunk": None, "ppl_final": None} for label in new_labels}
+    with_expert = {row.arrived_domain for row in ordered if row.arrived_domain}
+    out: dict[str, dict[str, float | None]] = {}
+    for label in new_labels:
+        candidates = [d for d, lab in labels.items() if lab == label]
+        candidates.sort(key=lambda d: (d not in with_expert, -ordered[-1].heldout_size.get(d, 0)))
+        domain = next((d for d in candidates if any(d in row.perplexity for row in ordered)), None)
+        if domain is None:
+            out[label] = {"ppl_trunk": None, "ppl_final": None}
+            continue
+        first = next(row for row in ordered if domain in row.perplexity)
+        last = next(row for row in reversed(ordered) if domain in row.perplexity)
+        out[label] = {
+            "domain_id": domain,
+            "ppl_trunk": first.perplexity[domain],
+            "ppl_final": last.perplexity[domain],
+            "ppl_reduction": 1.0 - last.perplexity[domain] / first.perplexity[domain],
+        }
+    return out
+
+
+def expert_counts(
+    expert_domains: Mapping[str, str], labels: Mapping[str, str], new_labels: Sequence[str]
+) -> dict[str, int]:
+    """Experts per kind: one per new label is expected; any other is spurious (a second expert
+    for the same label, or an expert for a domain with no new label), except experts for the
+    trunk's own domains, which are counted apart (they passed the quality gate)."""
+    per_label = Counter(labels.get(domain, "?") for domain in expert_domains.values())
+    expected = sum(1 for label in new_labels if per_label[label] >= 1)
+    duplicates = sum(per_label[label] - 1 for label in new_labels if per_label[label] > 1)
+    old = sum(
+        count for label, count in per_label.items() if label not in new_labels and label != "?"
+    )
+    unlabelled = per_label.get("?", 0)
+    return {
+        "experts": len(expert_domains),
+        "new_domains_with_expert": expected,
+        "spurious_experts": duplicates + unlabelled,
+        "old_domain_experts": old,
+    }

@@ -1,0 +1,204 @@
+"""The monitor as a stage object: every topic in, evaluation rows out (no Kafka inside).
+
+Input (by topic): ``docs``/``routed`` are counted (stream rates); ``dlq`` dead letters are
+counted by reason; ``drift`` events, ``train.status`` progress and ``experts``
+registrations are kept for the dashboard; a ``train`` job's held-out documents enter the
+held-out sets (fetched by reference, never trained on); each new registration triggers an
+evaluation of the serving mixture and a step of the dense baseline, whose rows are emitted
+on ``metrics``. Undecodable input is dead-lettered with the reason (except on ``dlq``
+itself, which would loop).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from experts.records import ExpertRegistration
+from ingest.records import DeadLetter
+from monitor.figures import build_state
+from monitor.heldout import HeldoutSets
+from monitor.history import MatrixHistory
+from monitor.live import LiveState
+from monitor.records import EvalRow
+from router.records import DriftEvent, TrainJob
+from trainer.records import TrainStatus
+from worx.atomic import atomic_write_json
+from worx.ids import content_hash
+from worx.records import Record, RecordError
+from worx.stage import Emit, Message
+
+log = logging.getLogger(__name__)
+
+# job -> (held-out (doc_id, text) pairs, training texts)
+FetchFn = Callable[[TrainJob], tuple[list[tuple[str, str]], list[str]]]
+
+
+class MonitorStage:
+    """See the module docstring. ``evaluator``/``baseline`` may be None (dashboard only)."""
+
+    input_record: ClassVar[type[Record] | None] = None
+    MAX_JOBS = 1000
+
+    def __init__(
+        self,
+        prefix: str,
+        history: MatrixHistory,
+        heldout: HeldoutSets,
+        live: LiveState,
+        evaluator: Any = None,
+        baseline: Any = None,
+        fetch: FetchFn | None = None,
+        store: Any = None,
+        trunk_fingerprint: str | None = None,
+        state_dir: str | Path | None = None,
+    ) -> None:
+        self.prefix = prefix
+        self.history = history
+        self.heldout = heldout
+        self.live = live
+        self.evaluator = evaluator
+        self.baseline = baseline
+        self.fetch = fetch
+        self.store = store
+        self.trunk_fingerprint = trunk_fingerprint
+        self.jobs_path = Path(state_dir) / "jobs.json" if state_dir else None
+        self.jobs: dict[str, dict] = {}
+        if self.jobs_path and self.jobs_path.exists():
+            self.jobs = json.loads(self.jobs_path.read_text())
+
+    # --- the Stage protocol -----------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        return {"live": self.live.snapshot(), "jobs": dict(self.jobs)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.live.restore(state.get("live", {}))
+        self.jobs = dict(state.get("jobs", {}))
+
+    def process(self, message: Message, record: Record | None = None) -> list[Emit]:
+        suffix = (
+            message.topic[len(self.prefix) + 1 :]
+            if message.topic.startswith(self.prefix + ".")
+            else message.topic
+        )
+        self.live.seen(suffix)
+        handler = {
+            "dlq": self._dead_letter,
+            "drift": self._drift,
+            "train": self._job,
+            "train.status": self._status,
+            "experts": self._registration,
+        }.get(suffix)
+        if handler is None:
+            return []
+        try:
+            return handler(message)
+        except RecordError as exc:
+            if suffix == "dlq":
+                self.live.dead_letter("undecodable_dead_letter")
+                return []
+            return [Emit("dlq", None, DeadLetter.of(message, exc.reason, str(exc), "monitor"))]
+
+    # --- handlers ---------------------------------------------------------------------
+    def _dead_letter(self, message: Message) -> list[Emit]:
+        letter = DeadLetter.from_json(message.value or b"", strict=False)
+        self.live.dead_letter(letter.reason)
+        return []
+
+    def _drift(self, message: Message) -> list[Emit]:
+        self.live.drift_event(DriftEvent.from_json(message.value or b"", strict=False).to_dict())
+        return []
+
+    def _status(self, message: Message) -> list[Emit]:
+        self.live.train_status(TrainStatus.from_json(message.value or b"", strict=False).to_dict())
+        return []
+
+    def _job(self, message: Message) -> list[Emit]:
+        job = TrainJob.from_json(message.value or b"", strict=False)
+        self.jobs[job.job_id] = job.to_dict()
+        while len(self.jobs) > self.MAX_JOBS:
+            self.jobs.pop(next(iter(self.jobs)))
+        if self.jobs_path:
+            atomic_write_json(self.jobs_path, self.jobs)
+        if self.fetch is not None and job.heldout_doc_ids:
+            heldout, _ = self.fetch(job)
+            if self.heldout.offer_many(job.domain_id, heldout):
+                log.info(
+                    "held-out set of %s now %d docs",
+                    job.domain_id,
+                    len(self.heldout.docs(job.domain_id)),
+                )
+        return []
+
+    def _registration(self, message: Message) -> list[Emit]:
+        reg = ExpertRegistration.from_json(message.value or b"", strict=False)
+        if self.trunk_fingerprint and reg.trunk_fingerprint != self.trunk_fingerprint:
+            raise RecordError(
+                f"expert {reg.expert_id} was built on trunk {reg.trunk_fingerprint[:12]}..., "
+                f"the monitor evaluates trunk {self.trunk_fingerprint[:12]}...",
+                reason="wrong_trunk",
+            )
+        self.live.registration(reg.to_dict())
+        rows: list[EvalRow] = []
+        if self.evaluator is not None:
+            rows += self.evaluator.on_registration(
+                reg.expert_id, reg.domain_id, reg.centroid, reg.sha256
+            )
+        if self.baseline is not None and rows:
+            texts = self._train_texts(reg)
+            if texts:
+                rows += self.baseline.step(reg.expert_id, reg.domain_id, texts)
+            else:
+                log.warning(
+                    "no training data known for %s (job %s): dense baseline skips it",
+                    reg.expert_id,
+                    reg.job_id,
+                )
+        self.live.save()
+        return [Emit("metrics", f"{r.run}:{r.step}", r) for r in rows]
+
+    def _train_texts(self, reg: ExpertRegistration) -> list[str]:
+        job = self.jobs.get(reg.job_id or "")
+        if job is None or self.fetch is None:
+            return []
+        _, train = self.fetch(TrainJob.from_dict(job, strict=False))
+        return train
+
+    # --- on demand and for the dashboard ---------------------------------------------
+    def evaluate_now(self) -> list[EvalRow]:
+        if self.evaluator is None:
+            raise RuntimeError("this monitor has no trunk/store to evaluate with")
+        return self.evaluator.evaluate_now()
+
+    def store_info(self) -> dict[str, Any]:
+        if self.store is None:
+            return {}
+        root = Path(self.store.root)
+        ids = self.store.ids()
+        size = sum(
+            (root / i / "weights.safetensors").stat().st_size
+            for i in ids
+            if (root / i / "weights.safetensors").exists()
+        )
+        return {"experts": len(ids), "bytes": size, "quarantined": len(self.store.quarantined())}
+
+    def state(self) -> dict[str, Any]:
+        return build_state(self.history, self.live.snapshot(), self.store_info())
+
+
+def kafka_fetch(conf: dict[str, Any], timeout_s: float = 15.0) -> FetchFn:
+    """A :data:`FetchFn` reading a job's documents from ``worx.docs`` by reference."""
+    from trainer.fetch import fetch_job_docs
+
+    def fetch(job: TrainJob) -> tuple[list[tuple[str, str]], list[str]]:
+        docs = fetch_job_docs(conf, job, timeout_s=timeout_s)
+        if len(docs.heldout) == len(job.heldout_doc_ids):
+            ids = list(job.heldout_doc_ids)
+        else:  # some were not found: name the found texts by content (stable)
+            ids = [content_hash(t, prefix="h-") for t in docs.heldout]
+        return list(zip(ids, docs.heldout, strict=True)), docs.train
+
+    return fetch

@@ -1,0 +1,1 @@
+"""Dashboard assets (HTML and JS, no external code), shipped as package data."""

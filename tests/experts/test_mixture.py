@@ -1,0 +1,78 @@
+"""The mixture: function-preserving growth, per-sequence routing in mixed batches, gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from experts.expert import Expert, ExpertConfig
+from experts.mixture import Mixture
+from tests.experts.conftest import randomize
+
+
+def _batch(trunk, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    enc = trunk.tokenizer(texts, return_tensors="pt", padding=True)
+    return enc["input_ids"], enc["attention_mask"]
+
+
+TEXTS = [
+    "The court held that the licence applies.",
+    "def f(x):\n    return x + 1",
+    "In the beginning",
+]
+
+
+def test_untrained_expert_changes_no_trunk_output_bit_for_bit(trunk) -> None:
+    ids, mask = _batch(trunk, TEXTS)
+    with torch.no_grad():
+        baseline = trunk.model(input_ids=ids, attention_mask=mask).logits
+        zero = Expert(ExpertConfig(layers=(0, 1), rank=8), trunk.hidden_size)
+        mixture = Mixture(trunk, {"zero": zero})
+        every_row = mixture.forward(ids, mask, weights=[{"zero": 1.0}] * 3)
+        some_rows = mixture.forward(ids, mask, weights=[{"zero": 0.7}, {}, {"zero": 1.0}])
+    assert torch.equal(every_row, baseline)
+    assert torch.equal(some_rows, baseline)
+
+
+def test_rows_route_independently_in_a_mixed_batch(trunk) -> None:
+    ids, mask = _batch(trunk, TEXTS)
+    a = randomize(Expert(ExpertConfig(layers=(0, 1), rank=4), trunk.hidden_size), seed=1)
+    b = randomize(Expert(ExpertConfig(layers=(1,), rank=4), trunk.hidden_size), seed=2)
+    mixture = Mixture(trunk, {"a": a, "b": b})
+    with torch.no_grad():
+        baseline = trunk.model(input_ids=ids, attention_mask=mask).logits
+        mixed = mixture.forward(ids, mask, weights=[{"a": 1.0}, {}, {"a": 0.5, "b": 0.5}])
+        only_a = mixture.forward(ids[:1], mask[:1], weights=[{"a": 1.0}])
+        trunk_after = trunk.model(input_ids=ids, attention_mask=mask).logits
+    assert torch.equal(mixed[1], baseline[1])  # the trunk-only row is untouched, bit for bit
+    assert not torch.allclose(mixed[0], baseline[0])
+    assert not torch.allclose(mixed[2], baseline[2])
+    n = int(mask[0].sum())
+    torch.testing.assert_close(mixed[0, :n], only_a[0, :n], rtol=1e-5, atol=1e-5)
+    assert torch.equal(trunk_after, baseline)  # no routing leaks outside a mixture forward
+
+
+def test_bad_weights_are_refused(gpt2_trunk) -> None:
+    ids, mask = _batch(gpt2_trunk, TEXTS[:2])
+    mixture = Mixture(gpt2_trunk, {})
+    with pytest.raises(KeyError, match="ghost"):
+        mixture.forward(ids, mask, weights=[{"ghost": 1.0}, {}])
+    with pytest.raises(ValueError, match="2 sequences"):
+        mixture.forward(ids, mask, weights=[{}])
+    deep = Expert(ExpertConfig(layers=(5,), rank=2), gpt2_trunk.hidden_size)
+    with pytest.raises(ValueError, match="beyond the trunk"):
+        Mixture(gpt2_trunk, {"deep": deep}).forward(ids, mask, weights=[{"deep": 1.0}, {}])
+
+
+def test_training_gradients_reach_only_the_expert(trunk) -> None:
+    ids, mask = _batch(trunk, TEXTS)
+    expert = Expert(ExpertConfig(layers=(0, 1), rank=4), trunk.hidden_size)
+    mixture = Mixture(trunk, {"new": expert})
+    loss = mixture.loss(ids, mask, weights=[{"new": 1.0}] * 3)
+    assert loss.shape == (3,)
+    loss.mean().backward()
+    assert expert.adapter(0).up.weight.grad is not None
+    assert expert.adapter(0).up.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in trunk.model.parameters())
+    trunk_only = mixture.loss(ids, mask)
+    torch.testing.assert_close(trunk_only, loss.detach())  # zero-init: same loss as the trunk

@@ -1,0 +1,147 @@
+"""The dashboard: its JSON and /metrics over real HTTP, and the page in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from smallrun import ALL_DOMAINS, SmallRun
+
+from monitor.figures import build_state
+from monitor.live import LiveState
+from monitor.records import EvalRow
+from monitor.server import DashboardServer
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or (
+    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
+)
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def live_state() -> LiveState:
+    live = LiveState()
+    now = int(time.time() * 1000)
+    live.seen("docs", 120)
+    live.seen("routed", 118)
+    live.dead_letter("not_json")
+    live.train_status(
+        {
+            "job_id": "job-news",
+            "domain_id": "news",
+            "state": "step",
+            "step": 30,
+            "total_steps": 100,
+            "loss": 3.2,
+            "created_ms": now,
+        }
+    )
+    live.drift_event(
+        {
+            "event_id": "d1",
+            "detector": "novelty_rate",
+            "kind": "new_domain",
+            "domain_id": None,
+            "statistics": {"rate": 0.3},
+            "created_ms": now,
+        }
+    )
+    return live
+
+
+@pytest.fixture
+def server(run_copy: SmallRun) -> Iterator[DashboardServer]:
+    live = live_state()
+    store = {"experts": 3, "bytes": 1, "quarantined": 0}
+    srv = DashboardServer(lambda: build_state(run_copy.history, live.snapshot(), store), port=0)
+    srv.history = run_copy.history  # type: ignore[attr-defined]  # the test adds a row later
+    with srv:
+        yield srv
+
+
+def get(url: str) -> tuple[int, str, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as res:
+        return res.status, res.headers["Content-Type"], res.read()
+
+
+def test_state_json_and_assets(server: DashboardServer) -> None:
+    status, ctype, body = get(server.url + "api/state")
+    assert status == 200 and ctype == "application/json"
+    state = json.loads(body)
+    assert state["headline"]["experts"] == 3 and state["headline"]["weight_changes"] == 0
+    assert len(state["runs"]["ours"]["loss"]) == 4
+    assert len(state["runs"]["dense_baseline"]["loss"]) == 4
+    page = get(server.url)[2].decode()
+    assert 'src="dashboard.js"' in page and "http" not in page.split("<body>")[1]  # no CDN
+    assert b"api/state" in get(server.url + "dashboard.js")[2]
+    assert server.url.startswith("http://127.0.0.1:")
+
+
+def test_prometheus_metrics(server: DashboardServer) -> None:
+    status, ctype, body = get(server.url + "metrics")
+    text = body.decode()
+    assert status == 200 and ctype.startswith("text/plain")
+    for domain in ALL_DOMAINS:
+        assert f'worx_domain_perplexity{{domain="{domain}",run="ours"}}' in text
+        assert f'worx_domain_loss{{domain="{domain}",run="dense_baseline"}}' in text
+    assert 'worx_forgetting_avg{run="dense_baseline"}' in text
+    assert "worx_weight_changes 0.0" in text
+    assert "worx_experts 3.0" in text
+    assert 'worx_train_progress{domain="news",job_id="job-news",state="step"} 0.3' in text
+    assert 'worx_dead_letters_total{reason="not_json"} 1.0' in text
+    assert 'worx_stream_messages_total{topic="docs"} 120.0' in text
+    assert "worx_store_experts 3.0" in text
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)"
+)
+def test_dashboard_in_headless_chromium(server: DashboardServer) -> None:
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="the playwright package is not installed"
+    )
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1500})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(server.url)
+            page.wait_for_selector("body[data-rendered]", timeout=15_000)
+            count = lambda sel: page.eval_on_selector_all(sel, "n => n.length")  # noqa: E731
+            assert count("#heatmap-ours g.hm-row") == 4  # trunk + three experts
+            assert count("#heatmap-ours g.hm-row:first-child rect.hm-cell") == len(ALL_DOMAINS)
+            assert count("#heatmap-dense_baseline g.hm-row") == 4
+            assert count("#ppl path.series") == len(ALL_DOMAINS)
+            assert count("#ppl line.arrival") == 3  # expert arrivals marked
+            assert count("#forgetting path.series") == 4  # avg and max, ours and dense
+            assert page.inner_text("#drift").count("novelty_rate") == 1
+            assert "job-news" in page.inner_text("#timeline")
+            assert "no weight changed" in page.inner_text("#checks")
+            page.screenshot(path=str(ARTIFACTS / "monitor-dashboard.png"), full_page=True)
+            # live: a new row on disk shows up at the next poll, without a reload
+            last = server.history.rows("ours")[-1]  # type: ignore[attr-defined]
+            server.history.append(  # type: ignore[attr-defined]
+                EvalRow.from_dict({**last.to_dict(), "step": 4, "arrived_expert": "x-e1"})
+            )
+            page.wait_for_function(
+                "document.querySelectorAll('#heatmap-ours g.hm-row').length === 5", timeout=15_000
+            )
+            assert count("#ppl line.arrival") == 4
+            assert errors == []
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "monitor-dashboard.png").stat().st_size > 10_000

@@ -1,0 +1,105 @@
+"""`worx experts list | show ID | verify`: inspect and re-verify the expert store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "experts",
+        help="list, show or verify the experts in the store",
+        description="Inspect the write-once expert store (experts.store_dir, else "
+        "trainer.store_dir, else <data_dir>/experts). 'verify' re-hashes every expert and "
+        "reports; it exits 1 if any is refused.",
+    )
+    parser.add_argument("--store", help="expert store directory (default: from the config)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="one line per expert (id, domain, params, sha256)")
+    listing.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    listing.set_defaults(func=run_list)
+    show = actions.add_parser("show", help="the full manifest of one expert, as JSON")
+    show.add_argument("expert_id", help="the expert's id")
+    show.set_defaults(func=run_show)
+    verify = actions.add_parser(
+        "verify",
+        help="re-hash every expert and report (exit 1 if any is refused)",
+        description="Re-hash weights.safetensors of every expert and validate its manifest "
+        "(and, with --trunk, its trunk fingerprint). Prints a JSON report. Nothing is "
+        "moved unless --quarantine is given.",
+    )
+    verify.add_argument("--trunk", help="also check every expert was built on this trunk")
+    verify.add_argument(
+        "--quarantine", action="store_true", help="move refused experts to .quarantine/"
+    )
+    verify.set_defaults(func=run_verify)
+    quarantined = actions.add_parser("quarantined", help="the quarantined entries and why")
+    quarantined.set_defaults(func=run_quarantined)
+
+
+def _store(args: argparse.Namespace, fingerprint: str | None = None, quarantine: bool = False):
+    from experts.serving import resolve_paths
+    from experts.store import ExpertStore
+    from topology.config import load_config
+
+    config = load_config(args.config)
+    _, store_dir = resolve_paths(config, trunk="-", store=args.store)
+    return ExpertStore(store_dir, fingerprint, quarantine=quarantine)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from experts.store import ExpertRefused
+
+    store = _store(args)
+    rows = []
+    for expert_id in store.ids():
+        try:
+            rows.append(store.manifest(expert_id).public())
+        except ExpertRefused as exc:
+            rows.append({"expert_id": expert_id, "error": str(exc)})
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+        return 0
+    print(f"{'expert_id':<28} {'domain_id':<24} {'params':>10}  {'parent':<20} sha256")
+    for row in rows:
+        if "error" in row:
+            print(f"{row['expert_id']:<28} ERROR {row['error']}")
+            continue
+        parent = row.get("parent_expert_id") or "-"
+        print(
+            f"{row['expert_id']:<28} {row['domain_id']:<24} {row['num_params']:>10}  "
+            f"{parent:<20} {row['sha256'][:16]}"
+        )
+    print(f"# {len(rows)} experts in {store.root}")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from experts.store import ExpertRefused
+
+    try:
+        manifest = _store(args).manifest(args.expert_id)
+    except ExpertRefused as exc:
+        print(f"worx experts show: {exc}", flush=True)
+        return 1
+    print(json.dumps(manifest.to_dict(), indent=2, sort_keys=True))
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    fingerprint = None
+    if args.trunk:
+        from experts.trunk import trunk_fingerprint
+
+        fingerprint = trunk_fingerprint(args.trunk)
+    report = _store(args, fingerprint, quarantine=args.quarantine).verify()
+    print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    return 1 if report.refused else 0
+
+
+def run_quarantined(args: argparse.Namespace) -> int:
+    for entry in _store(args).quarantined():
+        print(json.dumps(entry, sort_keys=True))
+    return 0

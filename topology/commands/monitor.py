@@ -1,0 +1,143 @@
+"""`worx monitor`: the forgetting monitor, its dashboard and /metrics; `--once` prints tables."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "monitor",
+        help="evaluate every domain after every expert registration; serve the dashboard",
+        description="Follow the stream: held-out documents of every training job, expert "
+        "registrations (each one triggers an evaluation of the serving mixture on every "
+        "domain's held-out set, and a step of the dense fine-tuning baseline), training "
+        "progress, drift events, dead letters. Serves a live dashboard and Prometheus "
+        "/metrics on 127.0.0.1 unless told otherwise; rows go to <prefix>.metrics and "
+        "<state-dir>/history.json. With --once: print the matrix and the metrics as tables "
+        "and exit (no broker needed).",
+    )
+    parser.add_argument("--once", action="store_true", help="print the tables and exit")
+    parser.add_argument(
+        "--evaluate",
+        action="store_true",
+        help="evaluate now (row 0 if none, else re-check the latest step) before --once "
+        "prints, or at start when serving",
+    )
+    parser.add_argument(
+        "--no-stream", action="store_true", help="serve the dashboard from disk only"
+    )
+    parser.add_argument("--host", help="dashboard address (default: monitor.host, 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="dashboard port (default: monitor.port; 0: any)")
+    parser.add_argument(
+        "--state-dir", help="history and held-out sets (default: <data_dir>/monitor)"
+    )
+    parser.add_argument(
+        "--baseline",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the dense fine-tuning baseline beside ours (default: monitor.baseline, on)",
+    )
+    parser.add_argument("--trunk", help="trunk model directory (default: experts.trunk_dir)")
+    parser.add_argument("--store", help="expert store (default: experts.store_dir)")
+    parser.add_argument(
+        "--bootstrap-servers",
+        help="Kafka cluster (default: kafka.bootstrap_servers; empty: an embedded broker)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    try:
+        return _run(args)
+    except ValueError as exc:  # unusable state on disk, bad arguments: say what and how
+        print(f"worx monitor: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    import dataclasses
+    import logging
+
+    from rich.console import Console
+
+    from monitor.service import build_monitor, state_dir
+    from monitor.table import render
+    from topology.config import load_config
+
+    log = logging.getLogger("worx.monitor")
+    config = load_config(args.config)
+    if args.baseline is not None:
+        config = dataclasses.replace(
+            config, monitor=dataclasses.replace(config.monitor, baseline=args.baseline)
+        )
+    root = state_dir(config, args.state_dir)
+    if args.once:
+        stage = build_monitor(
+            config, root, with_model=args.evaluate, trunk_dir=args.trunk, store_dir=args.store
+        )
+        if args.evaluate:
+            stage.evaluate_now()
+        Console().print(render(stage.state()))
+        return 0
+
+    from monitor.server import DashboardServer
+    from topology.broker import bootstrap
+    from topology.kafka import client_conf
+    from topology.runner import StageRunner
+    from topology.topics import Topics, ensure_topics
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    host = args.host or config.monitor.host
+    port = config.monitor.port if args.port is None else args.port
+    if args.no_stream:
+        stage = build_monitor(
+            config, root, with_model=args.evaluate, trunk_dir=args.trunk, store_dir=args.store
+        )
+        if args.evaluate:
+            stage.evaluate_now()
+        with DashboardServer(stage.state, host, port) as server:
+            print(f"dashboard on {server.url} (from {root}; Ctrl-C stops)", flush=True)
+            try:
+                stop.wait()
+            except KeyboardInterrupt:
+                pass
+        return 0
+    with bootstrap(args.bootstrap_servers or config.kafka.bootstrap_servers) as servers:
+        conf = client_conf(config.kafka, servers)
+        prefix = config.kafka.topic_prefix
+        ensure_topics(conf, prefix=prefix, partitions=config.kafka.partitions)
+        stage = build_monitor(config, root, conf, args.trunk, args.store)
+        if args.evaluate:
+            stage.evaluate_now()
+        topics = Topics(prefix)
+        inputs = [
+            topics.name(s)
+            for s in ("docs", "routed", "dlq", "drift", "train", "train.status", "experts")
+        ]
+        # an evaluation (and a dense baseline step) may take long between two polls
+        runner_conf = {"max.poll.interval.ms": 86_400_000, **conf}
+        runner = StageRunner(
+            stage,
+            runner_conf,
+            topics,
+            inputs,
+            config.monitor.group_id,
+            "monitor",
+            session_timeout_ms=config.kafka.session_timeout_ms,
+            on_batch=lambda _in, _out: stage.live.save(),
+            producer_conf=conf,
+        )
+        with DashboardServer(stage.state, host, port, on_evaluate=stage.evaluate_now) as server:
+            print(f"dashboard on {server.url}  metrics on {server.url}metrics", flush=True)
+            log.info("following %s", ", ".join(inputs))
+            try:
+                runner.run(stop)
+            except KeyboardInterrupt:
+                pass
+    return 0

@@ -1,0 +1,74 @@
+"""`worx serve`: the mixture-of-experts HTTP API, with hot registration from the topic."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve the trunk + experts over HTTP; register new experts without a restart",
+        description="Load the frozen trunk, build the expert table from the store, follow "
+        "<prefix>.experts and register every new expert while serving (no restart, no "
+        "failed request). HTTP API (JSON): GET /health, GET /experts, GET /experts/ID, "
+        "POST /score {text}, POST /generate {text, max_new_tokens}. Binds 127.0.0.1 unless "
+        "told otherwise. Prints 'serving on http://HOST:PORT' when ready; SIGTERM or Ctrl-C "
+        "stops it.",
+    )
+    parser.add_argument("--host", help="listen address (default: experts.serve_host, 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, help="port (default: experts.serve_port; 0 picks a free one)"
+    )
+    parser.add_argument("--trunk", help="trunk model directory (default: experts.trunk_dir)")
+    parser.add_argument(
+        "--store", help="expert store (default: experts.store_dir or <data_dir>/experts)"
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        help="Kafka cluster (default: kafka.bootstrap_servers; empty: an embedded broker)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    from experts.hot import RegistrationFollower
+    from experts.serving import server_from_config
+    from topology.broker import bootstrap
+    from topology.config import load_config
+    from topology.http_api import make_http_server, serve_in_thread
+    from topology.kafka import client_conf
+    from topology.topics import Topics, ensure_topics
+
+    log = logging.getLogger("worx.serve")
+    config = load_config(args.config)
+    section = config.experts
+    server = server_from_config(config, args.trunk, args.store)
+    server.rebuild_from_store()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    host = args.host or section.serve_host
+    port = section.serve_port if args.port is None else args.port
+    with bootstrap(args.bootstrap_servers or config.kafka.bootstrap_servers) as servers:
+        conf = client_conf(config.kafka, servers)
+        prefix = config.kafka.topic_prefix
+        ensure_topics(conf, prefix=prefix, partitions=config.kafka.partitions)
+        follower = RegistrationFollower(server, conf, Topics(prefix).experts).start()
+        httpd = make_http_server(server, host, port)
+        serve_in_thread(httpd)
+        bound_host, bound_port = httpd.server_address[:2]
+        log.info("%d experts, following %s", len(server.table), Topics(prefix).experts)
+        print(f"serving on http://{bound_host}:{bound_port}", flush=True)
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
+            follower.stop()
+    return 0

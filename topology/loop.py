@@ -1,0 +1,129 @@
+"""Run the whole loop as supervised processes: the orchestration behind `worx demo` and
+`worx up`. Wiring only; every algorithm runs inside the stage processes it starts.
+
+Stages, each its own process (so each can fail and restart alone):
+route, discover, trainer, serve, monitor, plus a feed (a file replay for the demo,
+`worx connect` on the company's topics for `worx up`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from topology.broker import free_port
+from topology.live_view import render
+from topology.supervisor import ChildSpec, Supervisor, worx_argv
+from topology.topics import Topics
+from topology.watch import LoopState, LoopWatcher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopOptions:
+    bootstrap_servers: str
+    run_dir: Path  # data_dir of this run: expert store, snapshots, monitor state, logs
+    trunk_dir: Path
+    topic_prefix: str = "worx"
+    config_path: str | None = None
+    serve: bool = True
+    monitor: bool = True
+    baseline: bool = False  # the monitor also runs the dense sequential fine-tune baseline
+    trainer_env: dict[str, str] = field(default_factory=dict)  # e.g. shorter training
+    stage_env: dict[str, str] = field(default_factory=dict)  # WORX_* overrides for every stage
+    host: str = "127.0.0.1"
+
+
+@dataclass
+class RunningLoop:
+    supervisor: Supervisor
+    watcher: LoopWatcher
+    dashboard_url: str | None
+    serve_url: str | None
+    started: float
+
+
+def stage_env(options: LoopOptions) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "WORX_KAFKA__BOOTSTRAP_SERVERS": options.bootstrap_servers,
+        "WORX_KAFKA__TOPIC_PREFIX": options.topic_prefix,
+        "WORX_DATA_DIR": str(options.run_dir),
+        "WORX_EXPERTS__TRUNK_DIR": str(options.trunk_dir),
+        **options.stage_env,
+    }
+    if options.config_path:
+        env["WORX_CONFIG"] = options.config_path
+    return env
+
+
+def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
+    """Start every stage process and the watcher; the caller feeds documents and waits."""
+    options.run_dir.mkdir(parents=True, exist_ok=True)
+    supervisor = Supervisor(options.run_dir / "logs", base_env=stage_env(options))
+    watcher = LoopWatcher(conf, Topics(options.topic_prefix)).start()
+    supervisor.start(ChildSpec("route", worx_argv("route")))
+    supervisor.start(ChildSpec("discover", worx_argv("discover")))
+    supervisor.start(
+        ChildSpec("trainer", worx_argv("trainer", "--no-progress"), env=options.trainer_env)
+    )
+    serve_url = dashboard_url = None
+    if options.serve:
+        port = free_port(options.host)
+        serve_url = f"http://{options.host}:{port}"
+        supervisor.start(
+            ChildSpec("serve", worx_argv("serve", "--host", options.host, "--port", str(port)))
+        )
+    if options.monitor:
+        port = free_port(options.host)
+        dashboard_url = f"http://{options.host}:{port}/"
+        argv = ["monitor", "--host", options.host, "--port", str(port)]
+        argv.append("--baseline" if options.baseline else "--no-baseline")
+        supervisor.start(ChildSpec("monitor", worx_argv(*argv)))
+    return RunningLoop(supervisor, watcher, dashboard_url, serve_url, time.monotonic())
+
+
+def watch_live(
+    loop: RunningLoop,
+    done: Callable[[LoopState], bool],
+    timeout_s: float,
+    console: Console | None = None,
+) -> bool:
+    """Show the live view until ``done(state)`` holds, or ``timeout_s`` passes; restart crashed
+    stages meanwhile. Returns whether ``done`` was reached."""
+    console = console or Console()
+    deadline = time.monotonic() + timeout_s
+    reached = False
+    with Live(console=console, refresh_per_second=2, transient=False) as live:
+        while time.monotonic() < deadline:
+            ended = loop.supervisor.poll()
+            for name in ended:
+                if not loop.supervisor.children[name].spec.oneshot:
+                    raise StageFailed(name, loop.supervisor.children[name].log_path)
+            stages = {
+                name: ("up" if loop.supervisor.alive(name) else "done")
+                for name in loop.supervisor.children
+            }
+            with loop.watcher.lock:
+                live.update(render(loop.watcher.state, loop.started, loop.dashboard_url, stages))
+                if done(loop.watcher.state):
+                    reached = True
+                    break
+            loop.watcher.wait_change(timeout_s=0.5)
+    return reached
+
+
+class StageFailed(RuntimeError):
+    def __init__(self, name: str, log_path: Path) -> None:
+        tail = ""
+        if log_path.exists():
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+        super().__init__(f"stage {name} failed and used up its restarts; last log lines:\n{tail}")
