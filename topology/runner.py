@@ -54,6 +54,7 @@ class StageRunner:
         batch_size: int = 500,
         session_timeout_ms: int = 10_000,
         on_batch: Callable[[int, int], None] | None = None,
+        producer_conf: dict | None = None,
     ) -> None:
         self.stage = stage
         self.topics = topics
@@ -61,8 +62,10 @@ class StageRunner:
         self.stage_name = stage_name
         self.batch_size = batch_size
         self.on_batch = on_batch  # called with (messages in, records out) after each commit
+        self.session_timeout_ms = session_timeout_ms
         self.consumer = make_consumer(conf, group_id, session_timeout_ms)
-        self.producer = make_producer(conf)
+        # the outputs may go to another cluster than the input comes from (worx connect)
+        self.producer = make_producer(conf if producer_conf is None else producer_conf)
         self.tracker = DeliveryTracker()
         self.consumed = 0
         self.emitted = 0
@@ -70,8 +73,16 @@ class StageRunner:
     def run(self, stop: threading.Event | None = None, idle_timeout_s: float | None = None) -> None:
         """Process until ``stop`` is set, or nothing arrived for ``idle_timeout_s`` seconds."""
         stop = stop or threading.Event()
-        self.consumer.subscribe(self.input_topics)
-        last_data = time.monotonic()
+        # the idle clock starts at the (latest) partition assignment: a group join takes
+        # about half the session timeout and is not "no input"; before any assignment,
+        # the join itself gets two session timeouts on top
+        last_data = time.monotonic() + 2 * self.session_timeout_ms / 1000
+
+        def on_assign(consumer: object, partitions: list) -> None:
+            nonlocal last_data
+            last_data = time.monotonic()
+
+        self.consumer.subscribe(self.input_topics, on_assign=on_assign)
         try:
             while not stop.is_set():
                 batch = self.consumer.consume(self.batch_size, timeout=0.5)
@@ -123,8 +134,12 @@ class StageRunner:
             for msg in good:
                 latest[(msg.topic(), msg.partition())] = msg.offset() + 1
             offsets = [TopicPartition(t, p, o) for (t, p), o in latest.items()]
-            self.consumer.store_offsets(offsets=offsets)
-            self.consumer.commit(offsets=offsets, asynchronous=False)
+            try:
+                self.consumer.store_offsets(offsets=offsets)
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:  # e.g. a rebalance took the partition meanwhile
+                # the outputs are flushed: at worst the batch is replayed (at least once)
+                log.warning("offset store/commit failed (%s); the batch may be replayed", exc)
         self.consumed += len(good)
         self.emitted += out
         if self.on_batch:
