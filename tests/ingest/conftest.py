@@ -1,0 +1,11 @@
+"""Fixtures of the ingest tests."""
+
+from __future__ import annotations
+
+import pytest
+from ingest_testdata import drain
+
+
+@pytest.fixture
+def drain_topic(kafka_conf):
+    return lambda topic, **kw: drain(kafka_conf, topic, **kw)
