@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +33,26 @@ def topics(kafka_conf: dict, request: pytest.FixtureRequest) -> Topics:
     prefix = f"t{next(_prefixes)}-{safe}"
     ensure_topics(kafka_conf, prefix=prefix, partitions=2)
     return Topics(prefix)
+
+
+def _live_processes_with(marker: str) -> list[int]:
+    """Pids of live (non-zombie) processes whose environment contains ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().split()[2]
+        except OSError:
+            continue
+        if marker.encode() in environ and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def processes_with():
+    """``processes_with(marker)``: processes left behind by a command started with the env
+    variable WORX_E2E_MARKER=marker (every descendant inherits it)."""
+    return _live_processes_with

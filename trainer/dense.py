@@ -53,8 +53,10 @@ class DenseConfig:
 class DenseResult:
     steps: int
     tokens: int
-    elapsed_s: float
+    elapsed_s: float  # wall seconds in training steps
+    cpu_s: float = 0.0  # process CPU seconds in training steps (all threads)
     losses: list[float] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)  # wall seconds of each step
     optimizer_state_bytes: int = 0
     trainable_params: int = 0
 
@@ -111,6 +113,7 @@ def dense_finetune(
     )
     progress = StepProgress(config.steps, enabled=config.progress, desc="dense")
     start = time.perf_counter()
+    cpu_start = time.process_time()
     try:
         for step in range(config.steps):
             for group in optimizer.param_groups:
@@ -123,6 +126,7 @@ def dense_finetune(
                     min_ratio=config.min_lr_ratio,
                 )
             step_loss = 0.0
+            step_started = time.perf_counter()
             for _ in range(config.grad_accum_steps):
                 batch, batch_mask = stream.next()  # (B, T), (B, T)
                 batch, batch_mask = batch.to(device), batch_mask.to(device)
@@ -138,6 +142,7 @@ def dense_finetune(
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             result.steps += 1
+            result.step_times.append(time.perf_counter() - step_started)
             result.losses.append(step_loss)
             elapsed = time.perf_counter() - start
             progress.update(step + 1, step_loss, result.tokens / max(elapsed, 1e-9))
@@ -146,6 +151,7 @@ def dense_finetune(
     finally:
         progress.close()
     result.elapsed_s = time.perf_counter() - start
+    result.cpu_s = time.process_time() - cpu_start
     result.optimizer_state_bytes = state_bytes(optimizer)
     model.eval()
     return result

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ingest_testdata import drain
+from tests.ingest.ingest_testdata import drain
 
 
 @pytest.fixture

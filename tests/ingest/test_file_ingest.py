@@ -11,7 +11,7 @@ import time
 from collections import Counter
 
 import pytest
-from ingest_testdata import BAD_LINES, MIXED_CONFIG, write_mixed_file
+from tests.ingest.ingest_testdata import BAD_LINES, MIXED_CONFIG, write_mixed_file
 
 from ingest.config import IngestConfig
 from ingest.files import FileIngestor

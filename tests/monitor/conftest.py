@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from smallrun import SmallRun, build_small_run  # noqa: E402
+from tests.monitor.smallrun import SmallRun, build_small_run  # noqa: E402
 
 
 @pytest.fixture(scope="session")

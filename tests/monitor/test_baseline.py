@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from smallrun import DENSE, EXPERT_DOMAINS, SmallRun
+from tests.monitor.smallrun import DENSE, EXPERT_DOMAINS, SmallRun
 
 from monitor.baseline import RUN, DenseBaseline
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from smallrun import ALL_DOMAINS, SmallRun
+from tests.monitor.smallrun import ALL_DOMAINS, SmallRun
 
 from monitor.figures import build_state
 from monitor.live import LiveState

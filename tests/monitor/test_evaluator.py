@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from smallrun import ALL_DOMAINS, EXPERT_DOMAINS, SmallRun, corpus_docs, train_expert
+from tests.monitor.smallrun import ALL_DOMAINS, EXPERT_DOMAINS, SmallRun, corpus_docs, train_expert
 
 
 def test_three_experts_full_matrix_and_zero_weight_forgetting(small_run: SmallRun) -> None:

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from smallrun import ALL_DOMAINS, SmallRun
+from tests.monitor.smallrun import ALL_DOMAINS, SmallRun
 
 from topology.cli import main
 

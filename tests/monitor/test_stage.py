@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from smallrun import DENSE, SmallRun, corpus_docs, train_expert
+from tests.monitor.smallrun import DENSE, SmallRun, corpus_docs, train_expert
 
 from ingest.records import DeadLetter, Doc
 from monitor.baseline import DenseBaseline

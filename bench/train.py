@@ -1,0 +1,416 @@
+"""Benchmark: the expert recipe (each memory saver on and off) against a dense fine-tune.
+
+One run, one trunk, the same documents and the same number of tokens for every
+configuration; each configuration runs in a fresh subprocess so its peak resident memory is
+its own. Prints ONE JSON line:
+
+* per run: tokens/s, wall and CPU time per token (training steps only), peak RSS (whole
+  process, and net of the process after imports and tokenisation, before any model is
+  loaded), optimizer-state bytes per trainable parameter, held-out perplexity before and
+  after the same tokens;
+* the headline ratios: ``expert_over_dense_time_per_token``, ``expert_over_dense_peak_rss``
+  (net peaks; ``..._total`` with the interpreter's own memory), ``optimizer_bytes_per_param_8bit``,
+  ``ppl_8bit_over_fp32`` (expert with 8-bit AdamW over expert with fp32 AdamW).
+
+The trunk is the bundled default trunk (``data/trunk``, pretrained on general English) when
+it exists, else a randomly initialised GPT-2 of the same shape (4 layers, width 256);
+``--trunk DIR`` picks another. The domain trained on is ``--domain`` (default
+``biomedical``, not in the trunk's pretraining data).
+
+Usage::
+
+    python bench/train.py                 # ~3-5 minutes on 2 CPU cores
+    python bench/train.py --steps 10      # quicker, noisier
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SAVERS_ON = {
+    "optimizer": "adamw8bit",
+    "activation_checkpointing": True,
+    "mmap_trunk": True,
+    "chunked_loss": True,
+}
+SAVERS_OFF = {
+    "optimizer": "adamw",
+    "activation_checkpointing": False,
+    "mmap_trunk": False,
+    "chunked_loss": False,
+}
+RUNS: dict[str, dict] = {
+    "expert": {"kind": "expert", **SAVERS_ON},  # the recipe as configured by default
+    "expert_fp32_adamw": {"kind": "expert", **SAVERS_ON, "optimizer": "adamw"},
+    "expert_no_act_ckpt": {"kind": "expert", **SAVERS_ON, "activation_checkpointing": False},
+    "expert_no_mmap": {"kind": "expert", **SAVERS_ON, "mmap_trunk": False},
+    "expert_no_chunked_loss": {"kind": "expert", **SAVERS_ON, "chunked_loss": False},
+    "expert_no_savers": {"kind": "expert", **SAVERS_OFF},
+    "dense": {"kind": "dense"},
+}
+
+
+def corpus_texts(domain: str, count: int, skip: int = 0) -> list[str]:
+    out: list[str] = []
+    with gzip.open(
+        REPO / "data" / "corpus" / f"{domain}.jsonl.gz", "rt", encoding="utf-8"
+    ) as handle:
+        for i, line in enumerate(handle):
+            if i < skip:
+                continue
+            if len(out) >= count:
+                break
+            out.append(json.loads(line)["text"])
+    return out
+
+
+# ---- one configuration, in its own process -------------------------------------------
+
+
+def run_one(name: str, spec: dict) -> dict:
+    import resource
+
+    import psutil
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(0)
+    import bitsandbytes  # noqa: F401 - imported before the baseline, like everything else
+    import transformers
+    from transformers.models.gpt2 import modeling_gpt2  # noqa: F401
+    from transformers.models.llama import modeling_llama  # noqa: F401
+
+    from experts.trunk import load_trunk
+    from trainer.config import TrainerConfig
+    from trainer.dense import DenseConfig, dense_finetune, load_trainable, perplexity
+    from trainer.recipe import prepare_trunk, train_expert
+
+    transformers.AutoTokenizer.from_pretrained(spec["trunk"])  # tokenizer libraries loaded too
+
+    train, heldout = spec["train"], spec["heldout"]
+    run = RUNS[name]
+    baseline = psutil.Process().memory_info().rss  # interpreter, libraries, texts; no model yet
+    out: dict = {}
+    if run["kind"] == "expert":
+        cfg = TrainerConfig(
+            max_steps=spec["steps"],
+            seq_len=spec["seq_len"],
+            micro_batch_size=spec["micro_batch"],
+            grad_accum_steps=1,
+            lr=spec["expert_lr"],
+            warmup_steps=spec["warmup"],
+            eval_every=spec["steps"],
+            patience=1000,
+            max_eval_rows=10_000,
+            optimizer=run["optimizer"],
+            activation_checkpointing=run["activation_checkpointing"],
+            mmap_trunk=run["mmap_trunk"],
+            chunked_loss=run["chunked_loss"],
+            device="cpu",
+            progress=False,
+        )
+        trunk = load_trunk(spec["trunk"])
+        prepare_trunk(trunk, cfg, cache_dir=Path(spec["cache_dir"]))
+        result = train_expert(trunk, train, heldout, cfg)
+        summary = result.summary
+        out.update(
+            tokens=summary["tokens_seen"],
+            train_s=summary["elapsed_s"],
+            cpu_s=summary["cpu_s"],
+            median_step_s=summary["median_step_s"],
+            trainable_params=summary["trainable_params"],
+            optimizer_state_bytes=summary["optimizer_state_bytes"],
+            optimizer_state_breakdown=summary["optimizer_state_breakdown"],
+            heldout_ppl_before=summary["heldout_ppl_before"],
+            heldout_ppl=summary["eval_curve"][-1][1],  # after all the tokens (not the best)
+        )
+    else:
+        model, tokenizer = load_trainable(spec["trunk"])
+        before = perplexity(model, tokenizer, heldout, spec["seq_len"], spec["micro_batch"])
+        cfg = DenseConfig(
+            steps=spec["steps"],
+            seq_len=spec["seq_len"],
+            micro_batch_size=spec["micro_batch"],
+            grad_accum_steps=1,
+            lr=spec["dense_lr"],
+            warmup_steps=spec["warmup"],
+            progress=False,
+        )
+        result = dense_finetune(model, tokenizer, train, cfg)
+        out.update(
+            tokens=result.tokens,
+            train_s=result.elapsed_s,
+            cpu_s=result.cpu_s,
+            median_step_s=statistics.median(result.step_times),
+            trainable_params=result.trainable_params,
+            optimizer_state_bytes=result.optimizer_state_bytes,
+            heldout_ppl_before=before,
+            heldout_ppl=perplexity(model, tokenizer, heldout, spec["seq_len"], spec["micro_batch"]),
+        )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    # after training: private (anonymous) memory and file-backed pages (a memory-mapped trunk
+    # is file-backed: shared with the page cache and every process mapping the same file)
+    out.update(_rss_split())
+    out.update(
+        tokens_per_s=round(out["tokens"] / out["train_s"], 1),
+        time_per_token_us=round(1e6 * out["train_s"] / out["tokens"], 3),
+        cpu_time_per_token_us=round(1e6 * out["cpu_s"] / out["tokens"], 3),
+        # robust to bursts of other load on a shared machine: the median step
+        median_time_per_token_us=round(
+            1e6 * out["median_step_s"] * spec["steps"] / out["tokens"], 3
+        ),
+        peak_rss_mb=round(peak / 2**20, 1),
+        net_peak_rss_mb=round((peak - baseline) / 2**20, 1),
+        optimizer_bytes_per_param=round(out["optimizer_state_bytes"] / out["trainable_params"], 4),
+        heldout_ppl=round(out["heldout_ppl"], 4),
+        heldout_ppl_before=round(out["heldout_ppl_before"], 4),
+    )
+    return out
+
+
+def _rss_split() -> dict[str, float]:
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("RssAnon", "RssFile"):
+            fields[f"{key.lower().replace('rss', 'rss_')}_mb_end"] = round(
+                int(value.split()[0]) / 1024, 1
+            )
+    return fields
+
+
+# ---- the whole comparison ----------------------------------------------------------------
+
+
+def resolve_trunk(arg: str | None, work: Path) -> tuple[str, str]:
+    """(trunk directory, description)."""
+    if arg:
+        return arg, f"given: {arg}"
+    bundled = REPO / "data" / "trunk"
+    if (bundled / "config.json").exists():
+        return str(bundled), "bundled default trunk (data/trunk)"
+    from experts.trunk import build_tiny_trunk
+
+    path = build_tiny_trunk(
+        work / "trunk", family="gpt2", layers=4, width=256, heads=4, vocab_size=4096
+    )
+    return str(path), "random GPT-2, 4 layers, width 256 (no bundled trunk found)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--trunk", help="trunk model directory (default: bundled, else a random GPT-2)"
+    )
+    parser.add_argument("--domain", default="biomedical", help="corpus domain to train on")
+    parser.add_argument(
+        "--steps", type=int, default=30, help="optimizer steps per run (same for all)"
+    )
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--train-docs", type=int, default=150)
+    parser.add_argument("--heldout-docs", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--repeat", type=int, default=2, help="runs of the expert/dense pair (fastest kept)"
+    )
+    parser.add_argument(
+        "--runs", default=",".join(RUNS), help="comma-separated subset of " + ",".join(RUNS)
+    )
+    parser.add_argument("--run-one", help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.run_one:
+        spec = json.loads(Path(args.spec).read_text())
+        print(json.dumps(run_one(args.run_one, spec)), flush=True)
+        return 0
+
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="worx-bench-train-") as tmp:
+        work = Path(tmp)
+        trunk_dir, trunk_desc = resolve_trunk(args.trunk, work)
+        spec = {
+            "trunk": trunk_dir,
+            "cache_dir": str(work / "cache"),
+            "steps": args.steps,
+            "seq_len": args.seq_len,
+            "micro_batch": args.micro_batch,
+            "threads": args.threads,
+            "warmup": max(1, args.steps // 10),
+            "expert_lr": 2e-3,
+            "dense_lr": 3e-4,
+            "train": corpus_texts(args.domain, args.train_docs),
+            "heldout": corpus_texts(args.domain, args.heldout_docs, skip=args.train_docs),
+        }
+        spec_file = work / "spec.json"
+        spec_file.write_text(json.dumps(spec))
+        _prepare_cache(spec)  # a float32 copy of a float16 trunk, made once, outside the timing
+        names = args.runs.split(",")
+        for name in names:
+            if name not in RUNS:
+                parser.error(f"unknown run {name!r}; choose from {', '.join(RUNS)}")
+        # the headline pair runs again at the end: the machine's other load comes and goes,
+        # and each keeps its faster time (the per-run lists show every measurement)
+        order = names + [n for n in ("expert", "dense") if n in names] * (args.repeat - 1)
+        runs: dict[str, dict] = {}
+        for name in order:
+            result = _run_subprocess(name, spec_file, args.threads)
+            print(f"# {name}: {result}", file=sys.stderr, flush=True)
+            runs[name] = _merge(runs.get(name), result)
+        trunk_params = _count_params(trunk_dir)
+    print(
+        json.dumps(
+            _report(runs, spec, trunk_desc, trunk_params, args, time.perf_counter() - started)
+        )
+    )
+    return 0
+
+
+def _run_subprocess(name: str, spec_file: Path, threads: int) -> dict:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        # freed tensors go back to the OS at once, so RSS follows live memory (all runs)
+        "MALLOC_MMAP_THRESHOLD_": "65536",
+        # idle OpenMP threads sleep instead of spinning (a shared, busy machine)
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
+    done = subprocess.run(
+        [sys.executable, __file__, "--run-one", name, "--spec", str(spec_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"bench run {name} failed with exit code {done.returncode}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_TIMES = ("time_per_token_us", "cpu_time_per_token_us", "median_time_per_token_us")
+
+
+def _merge(previous: dict | None, new: dict) -> dict:
+    """Keep the first run's figures; time figures: the fastest, with every measurement listed."""
+    if previous is None:
+        return {**new, **{f"{k}_all": [new[k]] for k in _TIMES}}
+    merged = dict(previous)
+    for key in _TIMES:
+        merged[f"{key}_all"] = previous[f"{key}_all"] + [new[key]]
+        merged[key] = min(merged[f"{key}_all"])
+    merged["tokens_per_s"] = round(1e6 / merged["time_per_token_us"], 1)
+    return merged
+
+
+def _prepare_cache(spec: dict) -> None:
+    from experts.trunk import load_trunk
+    from trainer.config import TrainerConfig
+    from trainer.recipe import prepare_trunk
+
+    prepare_trunk(load_trunk(spec["trunk"]), TrainerConfig(), cache_dir=Path(spec["cache_dir"]))
+
+
+def _count_params(trunk_dir: str) -> int:
+    from safetensors import safe_open
+
+    total = 0
+    for file in Path(trunk_dir).glob("*.safetensors"):
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - not a dict
+                total += _numel(handle.get_slice(name).get_shape())
+    return total
+
+
+def _numel(shape: list[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def _excl_maps(run: dict | None) -> float | None:
+    if run is None:
+        return None
+    parts = run["optimizer_state_breakdown"]
+    kept = sum(v for k, v in parts.items() if not k.startswith("qmap"))
+    return round(kept / run["trainable_params"], 4)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else round(a / b, 4)
+
+
+def _report(
+    runs: dict, spec: dict, trunk_desc: str, trunk_params: int, args, elapsed: float
+) -> dict:
+    expert, dense = runs.get("expert"), runs.get("dense")
+    fp32 = runs.get("expert_fp32_adamw")
+
+    def get(run: dict | None, key: str) -> float | None:
+        return None if run is None else run[key]
+
+    return {
+        "bench": "train",
+        "trunk": trunk_desc,
+        "trunk_params": trunk_params,
+        "domain": args.domain,
+        "steps": args.steps,
+        "tokens_per_run": get(expert, "tokens") or get(dense, "tokens"),
+        "seq_len": args.seq_len,
+        "micro_batch": args.micro_batch,
+        "threads": args.threads,
+        "runs": runs,
+        "expert_over_dense_time_per_token": _ratio(
+            get(expert, "time_per_token_us"), get(dense, "time_per_token_us")
+        ),
+        "expert_over_dense_median_time_per_token": _ratio(
+            get(expert, "median_time_per_token_us"), get(dense, "median_time_per_token_us")
+        ),
+        "expert_over_dense_cpu_time_per_token": _ratio(
+            get(expert, "cpu_time_per_token_us"), get(dense, "cpu_time_per_token_us")
+        ),
+        "expert_over_dense_peak_rss": _ratio(
+            get(expert, "net_peak_rss_mb"), get(dense, "net_peak_rss_mb")
+        ),
+        "expert_over_dense_peak_rss_total": _ratio(
+            get(expert, "peak_rss_mb"), get(dense, "peak_rss_mb")
+        ),
+        "optimizer_bytes_per_param_8bit": get(expert, "optimizer_bytes_per_param"),
+        # the same without bitsandbytes' two fixed 1 KiB quantisation maps (per optimizer,
+        # whatever the parameter count)
+        "optimizer_bytes_per_param_8bit_excl_fixed_maps": _excl_maps(expert),
+        "optimizer_bytes_per_param_fp32": get(fp32, "optimizer_bytes_per_param"),
+        "optimizer_bytes_per_param_dense": get(dense, "optimizer_bytes_per_param"),
+        "ppl_8bit_over_fp32": _ratio(get(expert, "heldout_ppl"), get(fp32, "heldout_ppl")),
+        "ppl_expert_over_dense": _ratio(get(expert, "heldout_ppl"), get(dense, "heldout_ppl")),
+        "targets": {
+            "expert_over_dense_time_per_token": "<= 0.5",
+            "expert_over_dense_peak_rss": "<= 0.35",
+            "optimizer_bytes_per_param_8bit": "<= 2.1",
+            "ppl_8bit_over_fp32": "within 1% (0.99-1.01)",
+        },
+        "elapsed_s": round(elapsed, 1),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""`worx trainer`: the training node (consumes worx.train, registers experts on worx.experts)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import signal
+import threading
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "trainer",
+        help="run the training worker: one expert per job from worx.train",
+        description="Consume TrainJob records from <prefix>.train one at a time, fetch each "
+        "job's documents by reference from <prefix>.docs, train one expert on the frozen trunk, "
+        "write it to the expert store and announce it on <prefix>.experts; progress and "
+        "outcomes go to <prefix>.train.status. Jobs are checkpointed (a killed worker resumes "
+        "them) and idempotent (a job id yields at most one expert). Needs only the broker and "
+        "the expert store, so it can run on another machine than the stream. SIGTERM or "
+        "Ctrl-C checkpoints the running job and exits.",
+    )
+    parser.add_argument(
+        "--bootstrap-servers", help="Kafka cluster (default: kafka.bootstrap_servers)"
+    )
+    parser.add_argument(
+        "--trunk", help="trunk model directory (default: experts.trunk_dir or the bundled trunk)"
+    )
+    parser.add_argument(
+        "--store", help="expert store directory (default: trainer.store_dir or <data_dir>/experts)"
+    )
+    parser.add_argument(
+        "--jobs-dir", help="job checkpoints (default: trainer.jobs_dir or <data_dir>/trainer/jobs)"
+    )
+    parser.add_argument("--device", help="cpu, cuda, cuda:N (default: trainer.device, auto)")
+    parser.add_argument("--max-jobs", type=int, help="exit after this many jobs")
+    parser.add_argument(
+        "--idle-exit", type=float, metavar="SECONDS", help="exit when no job came for this long"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from experts.store import ExpertStore
+    from experts.trunk import load_trunk
+    from topology.broker import bootstrap
+    from topology.config import ConfigError, load_config
+    from topology.kafka import client_conf
+    from topology.topics import Topics, ensure_topics
+    from trainer.recipe import resolve_device
+    from trainer.worker import TrainWorker
+
+    config = load_config(args.config)
+    section = config.trainer
+    if args.device:
+        section = dataclasses.replace(section, device=args.device)
+    if args.no_progress:
+        section = dataclasses.replace(section, progress=False)
+    data_dir = Path(config.data_dir)
+    trunk_dir = args.trunk or config.experts.trunk_dir
+    if not trunk_dir:
+        from experts.default_trunk import default_trunk_dir
+
+        trunk_dir = str(default_trunk_dir())
+    store_dir = Path(args.store or section.store_dir or data_dir / "experts")
+    jobs_dir = Path(args.jobs_dir or section.jobs_dir or data_dir / "trainer" / "jobs")
+    device = resolve_device(section)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"trainer.device is {section.device!r} but no CUDA device is available")
+    dtype = torch.bfloat16 if device.type == "cuda" and section.bf16 else torch.float32
+    trunk = load_trunk(trunk_dir, dtype=dtype, device=str(device))
+    store = ExpertStore(store_dir, trunk.fingerprint)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with bootstrap(args.bootstrap_servers or config.kafka.bootstrap_servers) as servers:
+        conf = client_conf(config.kafka, servers)
+        ensure_topics(conf, prefix=config.kafka.topic_prefix, partitions=config.kafka.partitions)
+        worker = TrainWorker(
+            conf,
+            Topics(config.kafka.topic_prefix),
+            trunk,
+            store,
+            section,
+            jobs_dir,
+            session_timeout_ms=config.kafka.session_timeout_ms,
+        )
+        log.info(
+            "trainer ready: trunk %s (%s), store %s, jobs %s",
+            trunk_dir,
+            trunk.fingerprint[:12],
+            store_dir,
+            jobs_dir,
+        )
+        try:
+            worker.run(stop, idle_timeout_s=args.idle_exit, max_jobs=args.max_jobs)
+        except KeyboardInterrupt:
+            stop.set()
+    return 0

@@ -1,0 +1,122 @@
+"""Cross-entropy through the frozen output layer, in chunks, without keeping the logits.
+
+The full logits of a micro-batch, ``(B, T, V)`` in float32, are the largest activation of a
+small-width trunk with a large vocabulary (8 x 128 x 8192 x 4 bytes = 32 MiB, several times
+over for softmax and its gradient). Here the loss is computed ``chunk`` rows at a time, and
+the gradient with respect to the hidden states is computed in the same pass (the output
+layer is frozen, so that is the only gradient needed): ``dL/dh = (softmax - onehot) W``.
+Only one chunk of logits exists at any moment; nothing is recomputed.
+
+:func:`mixture_hidden` runs the trunk's body with the mixture's experts active and returns the
+final hidden states (after the final norm), the input to the output layer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from experts.mixture import Mixture
+
+
+def mixture_hidden(
+    mixture: Mixture, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, weights: list
+) -> torch.Tensor:
+    """Final hidden states ``(B, T, d)`` of the trunk with each sequence's experts mixed in."""
+    body = (
+        mixture.trunk.model.base_model
+    )  # GPT-2: .transformer, Llama: .model (final norm included)
+    with mixture.routing(weights, input_ids.shape[0]):
+        out = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    return out.last_hidden_state  # (B, T, d)
+
+
+def output_layer(model: nn.Module) -> nn.Linear:
+    head = model.get_output_embeddings()
+    if not isinstance(head, nn.Linear):
+        raise TypeError(f"the trunk's output layer is {type(head).__name__}, expected nn.Linear")
+    return head
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """``sum_i w_i * CE(h_i W^T + b, y_i)`` with the gradient w.r.t. ``h`` computed in forward."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        targets: torch.Tensor,
+        token_weights: torch.Tensor,
+        chunk: int,
+    ) -> torch.Tensor:
+        # hidden (N, d), weight (V, d), bias (V,) | None, targets (N,), token_weights (N,)
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        grad = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            for start in range(0, hidden.shape[0], chunk):
+                h = hidden[start : start + chunk]  # (c, d)
+                logits = (h.to(weight.dtype) @ weight.t()).float()  # (c, V)
+                if bias is not None:
+                    logits = logits + bias.float()
+                y = targets[start : start + chunk]  # (c,)
+                w = token_weights[start : start + chunk].float()  # (c,)
+                picked = logits.gather(1, y[:, None]).squeeze(1)  # (c,)
+                top = logits.max(dim=-1, keepdim=True).values  # (c, 1)
+                probs = logits.sub_(top).exp_()  # (c, V) unnormalised softmax, in place
+                norm = probs.sum(dim=-1, keepdim=True)  # (c, 1)
+                lse = (top + norm.log()).squeeze(1)  # (c,) logsumexp
+                total = total + ((lse - picked) * w).sum()
+                if grad is not None:
+                    probs.div_(norm)  # softmax
+                    probs[torch.arange(len(y), device=y.device), y] -= 1.0
+                    probs.mul_(w[:, None])
+                    grad[start : start + chunk] = (probs.to(weight.dtype) @ weight).to(hidden.dtype)
+        ctx.save_for_backward(grad if grad is not None else torch.empty(0))
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple:
+        (grad,) = ctx.saved_tensors
+        return grad * grad_output.to(grad.dtype), None, None, None, None, None
+
+
+def chunked_sequence_loss(
+    hidden: torch.Tensor,
+    head: nn.Linear,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    chunk: int = 256,
+) -> torch.Tensor:
+    """Mean over sequences of each sequence's mean next-token loss (padding excluded).
+
+    The same value as ``Mixture.loss(...).mean()``; the output layer gets no gradient.
+    """
+    batch, length, width = hidden.shape
+    valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).float()  # (B, T-1)
+    per_token = valid / valid.sum(dim=1, keepdim=True).clamp_min(1.0) / batch  # (B, T-1)
+    h = hidden[:, :-1].reshape(-1, width)  # (B*(T-1), d)
+    targets = input_ids[:, 1:].reshape(-1)  # (B*(T-1),)
+    return _LinearCrossEntropy.apply(
+        h, head.weight, head.bias, targets, per_token.reshape(-1), chunk
+    )
+
+
+@torch.no_grad()
+def chunked_token_nll(
+    hidden: torch.Tensor,
+    head: nn.Linear,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    chunk: int = 256,
+) -> tuple[float, float]:
+    """Summed next-token negative log-likelihood and the number of predicted tokens."""
+    valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).float()  # (B, T-1)
+    h = hidden[:, :-1].reshape(-1, hidden.shape[-1])  # (B*(T-1), d)
+    total = _LinearCrossEntropy.apply(
+        h, head.weight, head.bias, input_ids[:, 1:].reshape(-1), valid.reshape(-1), chunk
+    )
+    return float(total), float(valid.sum())

@@ -1,0 +1,375 @@
+"""The training node: consumes ``worx.train`` one job at a time and registers experts.
+
+Delivery is at least once, effects are idempotent:
+
+* a job's expert id is derived from its job id (:func:`expert_id_for`), and the store is
+  write-once, so a job id produces at most one expert whatever is replayed or restarted;
+* the offset of a job is committed only after its outcome is recorded (``outcome.json`` in
+  the job directory, the registration on ``worx.experts``, the status on
+  ``worx.train.status``); a worker killed mid-job gets the job again and resumes it from its
+  last checkpoint;
+* a replayed job that already ended is acknowledged with a ``skipped`` status, and a job
+  whose expert is stored but was never announced (a kill between the two) is announced.
+
+A job that fails for a reason that will not go away (bad references, no usable documents,
+a diverged loss, an invalid record) is marked ``failed`` with the reason and the worker goes
+on with the next job. Broker errors are not job failures: they stop the worker, which
+resumes the job when restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from experts.expert import Expert, ExpertConfigError
+from experts.store import ExpertRefused, ExpertStore
+from experts.trunk import Trunk
+from ingest.records import DeadLetter
+from router.records import TrainJob
+from topology.kafka import DeliveryTracker, make_consumer, make_producer, produce
+from topology.topics import Topics
+from trainer.checkpoint import clear_checkpoints
+from trainer.config import TrainerConfig
+from trainer.fetch import JobDataError, fetch_job_docs
+from trainer.recipe import TrainingFailed, TrainingInterrupted, prepare_trunk, train_expert
+from trainer.records import TrainStatus
+from worx.atomic import atomic_write_json
+from worx.ids import UnsafeIdError, content_hash, validate_id
+from worx.records import Record, RecordError
+from worx.stage import Message
+
+log = logging.getLogger(__name__)
+
+OUTCOME = "outcome.json"
+
+
+def expert_id_for(job_id: str) -> str:
+    """The one expert id a job can produce (deterministic, safe as a directory name).
+
+    >>> expert_id_for("job-1") == expert_id_for("job-1")
+    True
+    """
+    return content_hash(job_id, prefix="exp-", length=20)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TrainWorker:
+    """Run training jobs from ``topics.train``; experts go to ``store``, events to Kafka.
+
+    Parameters
+    ----------
+    conf : librdkafka settings (bootstrap servers and any client settings).
+    topics : the resolved topic names.
+    trunk : the frozen trunk every expert is trained on.
+    store : the expert store (opened with ``trunk.fingerprint``).
+    config : the ``[trainer]`` section.
+    jobs_dir : job checkpoints and outcomes (``<jobs_dir>/<job_id>/``).
+    session_timeout_ms : consumer group session timeout.
+    """
+
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        topics: Topics,
+        trunk: Trunk,
+        store: ExpertStore,
+        config: TrainerConfig,
+        jobs_dir: Path,
+        session_timeout_ms: int = 10_000,
+    ) -> None:
+        self.conf = conf
+        self.topics = topics
+        self.trunk = trunk
+        self.store = store
+        self.config = config
+        self.jobs_dir = Path(jobs_dir)
+        self.session_timeout_ms = session_timeout_ms
+        self.producer = make_producer(conf)
+        self.tracker = DeliveryTracker()
+        self.outcomes: list[tuple[str, str]] = []  # (job_id, state) handled by this process
+        prepare_trunk(trunk, config, cache_dir=self.jobs_dir.parent / "trunk-cache")
+
+    # ---- the consume loop -------------------------------------------------------------
+
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        idle_timeout_s: float | None = None,
+        max_jobs: int | None = None,
+    ) -> None:
+        """Handle jobs until ``stop`` is set, idle for ``idle_timeout_s``, or ``max_jobs``."""
+        stop = stop or threading.Event()
+        consumer = make_consumer(
+            self.conf,
+            self.config.group_id,
+            self.session_timeout_ms,
+            **{
+                "max.poll.interval.ms": self.config.max_poll_interval_ms,
+                "enable.auto.commit": False,
+            },
+        )
+        consumer.subscribe([self.topics.train])
+        last = time.monotonic()
+        handled = 0
+        try:
+            while not stop.is_set() and (max_jobs is None or handled < max_jobs):
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    if idle_timeout_s is not None and time.monotonic() - last > idle_timeout_s:
+                        break
+                    continue
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    if msg.error().fatal():
+                        raise KafkaException(msg.error())
+                    log.warning("consumer error: %s", msg.error())
+                    continue
+                state = self.handle_message(msg, stop)
+                if state == "interrupted":
+                    log.info("stopped during a job; it resumes from its checkpoint on restart")
+                    break
+                offsets = [TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)]
+                consumer.store_offsets(offsets=offsets)
+                consumer.commit(offsets=offsets, asynchronous=False)
+                handled += 1
+                last = time.monotonic()
+        finally:
+            self.producer.flush(30)
+            consumer.close()
+
+    def handle_message(self, msg: Any, stop: threading.Event) -> str:
+        """Decode one ``worx.train`` message and handle the job; returns the job's state."""
+        try:
+            job = TrainJob.from_json(msg.value() or b"", strict=False)
+        except RecordError as exc:
+            message = Message(
+                value=msg.value(),
+                key=msg.key(),
+                topic=msg.topic(),
+                partition=msg.partition(),
+                offset=msg.offset(),
+            )
+            self._send("dlq", None, DeadLetter.of(message, exc.reason, str(exc), "trainer"))
+            self._flush()
+            return "dead_letter"
+        return self.handle(job, stop)
+
+    # ---- one job ----------------------------------------------------------------------
+
+    def handle(self, job: TrainJob, stop: threading.Event | None = None) -> str:
+        """Run ``job`` to its end (or interruption); returns the state reached."""
+        stop = stop or threading.Event()
+        try:
+            validate_id(job.job_id, kind="job_id")
+            validate_id(job.domain_id, kind="domain_id")
+        except UnsafeIdError as exc:
+            return self._fail(job, "bad_job", str(exc), job_dir=None)
+        expert_id = expert_id_for(job.job_id)
+        job_dir = self.jobs_dir / job.job_id
+        done = self._read_outcome(job_dir)
+        if done is not None:
+            log.info("job %s already ended (%s): skipping", job.job_id, done["state"])
+            self._status(
+                job,
+                "skipped",
+                expert_id=done.get("expert_id"),
+                reason=f"already {done['state']}",
+                figures=done.get("figures", {}),
+            )
+            self._flush()
+            return "skipped"
+        if expert_id in self.store:
+            # stored but never recorded as done (killed in between): announce it now
+            manifest = self.store.manifest(expert_id)
+            return self._register(job, job_dir, manifest, dict(manifest.summary))
+        try:
+            docs = fetch_job_docs(self.conf, job, timeout_s=self.config.fetch_timeout_s)
+            parent, parent_id = self._parent(job)
+            result = train_expert(
+                self.trunk,
+                docs.train,
+                docs.heldout,
+                self.config,
+                job_dir=job_dir,
+                parent=parent,
+                on_event=lambda state, fields: self._progress(job, state, fields),
+                stop=stop,
+            )
+        except TrainingInterrupted:
+            self._flush()
+            return "interrupted"
+        except (JobDataError, TrainingFailed) as exc:
+            return self._fail(job, exc.reason, str(exc), job_dir)
+        except (ExpertConfigError, RecordError, ValueError) as exc:
+            return self._fail(job, "bad_job", f"{type(exc).__name__}: {exc}", job_dir)
+        except (KafkaException, OSError):
+            raise  # the broker or the disk, not the job: stop; the job resumes on restart
+        except Exception as exc:  # noqa: BLE001 - a job that breaks the recipe fails alone
+            log.exception("job %s broke the recipe", job.job_id)
+            reason = "out_of_memory" if "OutOfMemoryError" in type(exc).__name__ else "error"
+            return self._fail(job, reason, f"{type(exc).__name__}: {exc}", job_dir)
+        summary = {
+            **result.summary,
+            "missing_doc_ids": len(docs.missing_ids),
+            "parent_expert_id": parent_id,
+        }
+        if result.outcome != "finished":
+            figures = result.figures
+            reason = (
+                f"held-out perplexity {figures['heldout_ppl_after']:.4g} does not beat the current "
+                f"mixture's {figures['heldout_ppl_current']:.4g} by {self.config.gate_margin:.0%}"
+            )
+            self._record(job_dir, {"state": "not_worth_it", "figures": figures, "reason": reason})
+            self._status(
+                job, "not_worth_it", step=result.figures["steps"], reason=reason, figures=figures
+            )
+            self._flush()
+            clear_checkpoints(job_dir)
+            self.outcomes.append((job.job_id, "not_worth_it"))
+            return "not_worth_it"
+        try:
+            manifest = self.store.put(
+                expert_id,
+                result.expert,
+                job.domain_id,
+                job.centroid,
+                parent_expert_id=parent_id,
+                summary=summary,
+                job_id=job.job_id,
+            )
+        except ExpertRefused as exc:
+            return self._fail(job, f"store_{exc.reason}", str(exc), job_dir)
+        return self._register(job, job_dir, manifest, summary)
+
+    def _register(
+        self, job: TrainJob, job_dir: Path, manifest: Any, summary: dict[str, Any]
+    ) -> str:
+        figures = {
+            k: summary[k]
+            for k in (
+                "heldout_ppl_trunk",
+                "heldout_ppl_current",
+                "heldout_ppl_after",
+                "tokens_seen",
+                "steps",
+            )
+            if k in summary
+        }
+        self._send("experts", manifest.expert_id, manifest.registration())
+        self._flush()  # the registration is out before the job is recorded as done
+        self._record(
+            job_dir, {"state": "finished", "expert_id": manifest.expert_id, "figures": figures}
+        )
+        self._status(
+            job,
+            "finished",
+            step=int(summary.get("steps", 0)),
+            expert_id=manifest.expert_id,
+            figures=figures,
+        )
+        self._flush()
+        clear_checkpoints(job_dir)
+        self.outcomes.append((job.job_id, "finished"))
+        log.info("job %s registered expert %s", job.job_id, manifest.expert_id)
+        return "finished"
+
+    def _parent(self, job: TrainJob) -> tuple[Expert | None, str | None]:
+        if job.parent_expert_id is None:
+            return None, None
+        try:
+            return self.store.get(job.parent_expert_id), job.parent_expert_id
+        except ExpertRefused as exc:
+            log.warning("job %s: parent expert unusable (%s); starting from zero", job.job_id, exc)
+            return None, None
+
+    def _fail(self, job: TrainJob, reason: str, detail: str, job_dir: Path | None) -> str:
+        log.error("job %s failed [%s]: %s", job.job_id, reason, detail)
+        if job_dir is not None:
+            self._record(job_dir, {"state": "failed", "reason": reason, "detail": detail})
+            clear_checkpoints(job_dir)
+        self._status(job, "failed", reason=f"{reason}: {detail}", figures={})
+        self._flush()
+        self.outcomes.append((job.job_id, "failed"))
+        return "failed"
+
+    # ---- events and records -----------------------------------------------------------
+
+    def _progress(self, job: TrainJob, state: str, fields: dict[str, Any]) -> None:
+        if state == "started":
+            figures = {k: v for k, v in fields.items() if k != "total_steps"}
+            self._status(
+                job,
+                "started",
+                step=int(fields["resumed_from_step"]),
+                total_steps=int(fields["total_steps"]),
+                figures=figures,
+            )
+            self._flush()
+        else:
+            self._status(
+                job,
+                "step",
+                step=int(fields["step"]),
+                total_steps=int(fields["total_steps"]),
+                loss=float(fields["loss"]),
+                tokens_per_s=float(fields["tokens_per_s"]),
+            )
+
+    def _status(
+        self,
+        job: TrainJob,
+        state: str,
+        *,
+        step: int = 0,
+        total_steps: int | None = None,
+        loss: float | None = None,
+        tokens_per_s: float | None = None,
+        expert_id: str | None = None,
+        reason: str = "",
+        figures: dict | None = None,
+    ) -> None:
+        status = TrainStatus(
+            job_id=job.job_id,
+            domain_id=job.domain_id,
+            state=state,
+            step=step,
+            total_steps=self.config.max_steps if total_steps is None else total_steps,
+            loss=loss,
+            tokens_per_s=tokens_per_s,
+            expert_id=expert_id,
+            reason=reason,
+            figures=figures or {},
+            created_ms=_now_ms(),
+        )
+        self._send("train.status", job.job_id, status)
+
+    def _send(self, suffix: str, key: str | None, record: Record) -> None:
+        produce(self.producer, self.topics.name(suffix), record.to_json(), key, self.tracker)
+
+    def _flush(self) -> None:
+        remaining = self.producer.flush(30)
+        if remaining:
+            raise KafkaException(f"{remaining} messages not delivered within 30 s")
+        self.tracker.check()
+
+    @staticmethod
+    def _record(job_dir: Path, outcome: dict[str, Any]) -> None:
+        atomic_write_json(job_dir / OUTCOME, {**outcome, "recorded_ms": _now_ms()})
+
+    @staticmethod
+    def _read_outcome(job_dir: Path) -> dict[str, Any] | None:
+        path = job_dir / OUTCOME
+        if not path.exists():
+            return None
+        return json.loads(path.read_text())
