@@ -27,11 +27,12 @@ class RouterConfig:
 
     # --- discover: online clustering of novel documents ---
     buffer_docs: int = 600  # novel documents held for clustering (oldest dropped first)
+    buffer_max_age: int = 1500  # ...and dropped once this many decisions old (leftovers)
     cluster_every: int = 20  # re-cluster the buffer after this many new novel documents
     cluster_knn: int = 10  # neighbours per document in the shared-nearest-neighbour graph
     cluster_shared: float = 0.3  # fraction of neighbours two linked documents must share
-    cluster_split_similarity: float = 0.0  # > 0: a core whose 2-means halves are less similar
-    # than this chains two groups; the smaller is dropped (off: it split real domains)
+    cluster_split_similarity: float = 0.5  # a core whose 2-means halves are less similar
+    # than this chains two groups (halves of one domain: ~0.9): each is judged alone
     promote_min_size: int = 40  # a core needs this many documents to become a domain
     promote_stable_runs: int = 2  # ...and must persist over this many clustering runs
     promote_min_cohesion: float = 0.15  # ...and its members' mean cosine to its centroid
@@ -40,6 +41,8 @@ class RouterConfig:
     # while a known domain's leftovers trickle in over thousands of documents
     promote_min_threshold: float = 0.08  # ...and a learned threshold at least this high (a
     # core mixing several domains is wide, and its threshold would swallow them all)
+    belong_level: float = 0.5  # a core whose median member passes threshold + this share of
+    # (core_threshold - threshold) of a known domain is that domain's leftovers
     merge_similarity: float = 0.75  # a core this close (cosine of centroids) to a known
     # domain is that domain's, not a new one (subsets of one domain: ~0.9; distinct: < 0.7)
 

@@ -230,6 +230,7 @@ class TrainWorker:
                 f"held-out perplexity {figures['heldout_ppl_after']:.4g} does not beat the current "
                 f"mixture's {figures['heldout_ppl_current']:.4g} by {self.config.gate_margin:.0%}"
             )
+            log.info("job %s not worth an expert: %s", job.job_id, reason)
             self._record(job_dir, {"state": "not_worth_it", "figures": figures, "reason": reason})
             self._status(
                 job, "not_worth_it", step=result.figures["steps"], reason=reason, figures=figures

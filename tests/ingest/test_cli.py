@@ -98,20 +98,3 @@ def test_worx_broker_then_ingest_into_it_then_ctrl_c(tmp_path):
             code = broker.wait()
     assert code == 0
     assert brokers_on(address.split(":")[1]) == []
-
-
-def test_demo_shows_domains_and_dead_letters(tmp_path):
-    out = subprocess.run(
-        [*WORX, "demo", "--no-progress"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=clean_env(tmp_path),
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    for domain in ("python_code", "legal", "tech_docs", "scripture", "news", "biomedical"):
-        assert domain in out.stderr
-    assert re.search(r"total\s*│\s*8,526", out.stderr)
-    for reason in ("not_json", "not_object", "missing_text", "invalid_utf8"):
-        assert reason in out.stderr

@@ -1,0 +1,396 @@
+"""Discovery and drift figures on a labelled corpus; prints ONE JSON line.
+
+Runs the route and discover stage objects in-process (the domain table a route worker
+follows is fed straight from discover's output, as ``worx.domains`` would), on:
+
+1. a phased stream: every domain in turn (seeded order, at most ``--per-domain`` docs
+   each), then a mixture of all of them (``--mixture`` docs);
+2. a stationary stream: ``--stationary`` more docs drawn i.i.d. from the same domains,
+   continuing from the state the phased stream left (nothing new happens in it);
+3. a mixture of every domain from an empty table (``--scratch`` docs): domains found.
+
+Figures: ``nmi`` / ``purity`` of the discovered domains against the labels: every phased
+document goes to its nearest final domain centroid (as the inference gate routes); also
+``nmi_routed`` (with the thresholds: novel documents form one extra cluster) and
+``nmi_online`` (the decision when each document was routed); ``max_detection_delay_docs`` (documents
+from the start of a domain's phase to the promotion of a domain whose majority label it
+is; a domain never promoted counts its whole phase); ``jobs_per_new_domain``;
+``spurious_domains_stationary`` (promotions in the stationary stream),
+``false_drift_stationary`` (novelty-rate and distance drift events in it); and
+``route_docs_per_s`` of one route worker. The baseline, side by side, is the same
+pipeline with the plain hashed TF embedder (IDF off): ``baseline_*`` keys.
+
+Usage::
+
+    python bench/discovery.py [--corpus DIR] [--stationary 20000] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from ingest.records import Doc  # noqa: E402
+from ingest.scenario import LabelledDoc, Scenario  # noqa: E402
+from router.config import RouterConfig  # noqa: E402
+from router.discover import DiscoverStage  # noqa: E402
+from router.embed import HashedTfidfEmbedder, default_embedder  # noqa: E402
+from router.idf import IdfTable  # noqa: E402
+from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob  # noqa: E402
+from router.route import RouteStage  # noqa: E402
+from worx.stage import Message  # noqa: E402
+
+log = logging.getLogger("bench.discovery")
+
+
+def nmi_purity(labels: list[str], clusters: list[str]) -> tuple[float, float]:
+    """Normalised mutual information (arithmetic mean normalisation) and purity."""
+    n = len(labels)
+    joint = Counter(zip(labels, clusters, strict=True))
+    lab, clu = Counter(labels), Counter(clusters)
+    mi = sum(c / n * math.log(c * n / (lab[a] * clu[b])) for (a, b), c in joint.items())
+    h_lab = -sum(c / n * math.log(c / n) for c in lab.values())
+    h_clu = -sum(c / n * math.log(c / n) for c in clu.values())
+    nmi = 2 * mi / (h_lab + h_clu) if h_lab + h_clu > 0 else 1.0
+    best: dict[str, int] = {}
+    for (_a, b), c in joint.items():
+        best[b] = max(best.get(b, 0), c)
+    return nmi, sum(best.values()) / n
+
+
+class Pipeline:
+    """Route stage + discover stage wired in-process."""
+
+    def __init__(self, config: RouterConfig, embedder) -> None:
+        self.route = RouteStage(config, embedder=embedder)
+        self.discover = DiscoverStage(config, embedder=embedder)
+        self.events: list[tuple[int, DriftEvent]] = []
+        self.jobs: list[tuple[int, TrainJob]] = []
+        self.online: list[str] = []
+        self.seq = 0
+
+    def feed(self, doc: LabelledDoc) -> None:
+        msg = Message(b"", topic="bench.docs", partition=0, offset=self.seq, timestamp_ms=self.seq)
+        [routed] = self.route.process(msg, Doc(doc_id=doc.doc_id, text=doc.text, label=doc.domain))
+        record: RoutedDoc = routed.record
+        self.online.append(record.domain_id or "novel")
+        rmsg = Message(
+            b"", topic="bench.routed", partition=0, offset=self.seq, timestamp_ms=self.seq
+        )
+        for emit in self.discover.process(rmsg, record):
+            if isinstance(emit.record, DomainRecord):
+                self.route.table.apply(emit.record)
+            elif isinstance(emit.record, DriftEvent):
+                self.events.append((self.seq, emit.record))
+            elif isinstance(emit.record, TrainJob):
+                self.jobs.append((self.seq, emit.record))
+        self.seq += 1
+
+    def final_assignment(self, vectors: np.ndarray, thresholds: bool) -> list[str]:
+        """Each document's domain by the final table: nearest centroid (as the inference
+        gate picks experts), or with ``thresholds`` as route would (novel: one cluster)."""
+        table = self.route.table
+        if thresholds:
+            return [table.route(v)[0] or "novel" for v in vectors]
+        return [table.nearest(v)[0] or "novel" for v in vectors]
+
+
+def run_phased(
+    scenario: Scenario,
+    config: RouterConfig,
+    embedder,
+    per_domain: int,
+    mixture: int,
+    seed: int,
+    progress: bool,
+) -> dict:
+    order = scenario.names
+    random.Random(seed).shuffle(order)
+    stream = list(scenario.phases_then_mixture(order, per_domain, mixture, seed=seed))
+    pipe = Pipeline(config, embedder)
+    for doc in tqdm(stream, desc="phased", disable=not progress, mininterval=2):
+        pipe.feed(doc)
+    labels = [d.domain for d in stream]
+    vectors = embedder.embed([d.text for d in stream])  # (N, dim)
+    nmi, purity = nmi_purity(labels, pipe.final_assignment(vectors, thresholds=False))
+    nmi_routed, purity_routed = nmi_purity(labels, pipe.final_assignment(vectors, thresholds=True))
+    nmi_online, purity_online = nmi_purity(labels, pipe.online)
+    # detection delay per phase
+    starts, pos = {}, 0
+    for name in order:
+        starts[name] = pos
+        pos += min(len(scenario.domains[name]), per_domain)
+    hints = {row.domain_id: row.label_hint for row in pipe.discover.table.rows()}
+    delays = {}
+    for name in order:
+        end = starts[name] + min(len(scenario.domains[name]), per_domain)
+        hit = [
+            seq
+            for seq, ev in pipe.events
+            if ev.detector == "promotion"
+            and hints.get(ev.domain_id) == name
+            and seq >= starts[name]
+        ]
+        delays[name] = (min(hit) - starts[name]) if hit else end - starts[name]
+    new_jobs = Counter(job.domain_id for _, job in pipe.jobs if job.reason == "new_domain")
+    return {
+        "nmi": nmi,
+        "purity": purity,
+        "nmi_routed": nmi_routed,
+        "purity_routed": purity_routed,
+        "nmi_online": nmi_online,
+        "purity_online": purity_online,
+        "max_detection_delay_docs": max(delays.values()),
+        "detection_delay_docs": delays,
+        "domains_found": len(hints),
+        "labels": len(order),
+        "jobs_per_new_domain": sorted(new_jobs.values()),
+        "drift_jobs": sum(1 for _, job in pipe.jobs if job.reason == "drift"),
+        "phased_docs": len(stream),
+        "pipeline": pipe,
+    }
+
+
+def run_stationary(scenario: Scenario, pipe: Pipeline, n: int, seed: int, progress: bool) -> dict:
+    """Continue ``pipe`` (its domains learned on the phased stream) on ``n`` documents of
+    the same mixture: nothing new happens, so every promotion is spurious and every
+    novelty-rate or distance event is a false drift."""
+    first_event, first_job, first_seq = len(pipe.events), len(pipe.jobs), pipe.seq
+    for doc in tqdm(
+        scenario.mixture(n, seed=seed + 7),
+        total=n,
+        desc="stationary",
+        disable=not progress,
+        mininterval=2,
+    ):
+        pipe.feed(doc)
+    events = [ev for _, ev in pipe.events[first_event:]]
+    online = pipe.online[first_seq:]
+    return {
+        "spurious_domains_stationary": sum(1 for ev in events if ev.detector == "promotion"),
+        "false_drift_stationary": sum(1 for ev in events if ev.detector != "promotion"),
+        "jobs_stationary": len(pipe.jobs) - first_job,
+        "stationary_docs": n,
+        "novel_rate_stationary": online.count("novel") / max(1, n),
+    }
+
+
+def run_from_scratch(
+    scenario: Scenario, config: RouterConfig, embedder, n: int, seed: int, progress: bool
+) -> dict:
+    """A mixture of every domain from an empty table: how many domains it finds."""
+    pipe = Pipeline(config, embedder)
+    stream = list(scenario.mixture(n, seed=seed + 13))
+    for doc in tqdm(stream, desc="mixture from scratch", disable=not progress, mininterval=2):
+        pipe.feed(doc)
+    hints = [row.label_hint for row in pipe.discover.table.rows()]
+    labels = [d.domain for d in stream]
+    vectors = embedder.embed([d.text for d in stream])
+    nmi, _ = nmi_purity(labels, pipe.final_assignment(vectors, thresholds=False))
+    return {
+        "scratch_domains": len(hints),
+        "scratch_distinct_labels": len(set(hints)),
+        "scratch_nmi": nmi,
+    }
+
+
+def route_throughput(
+    scenario: Scenario, config: RouterConfig, embedder, table, n: int = 2000
+) -> float:
+    stage = RouteStage(config, table=table, embedder=embedder)
+    docs = [Doc(doc_id=d.doc_id, text=d.text) for d in scenario.mixture(n, seed=99)]
+    msg = Message(b"", topic="bench.docs", partition=0, offset=0)
+    start = time.perf_counter()
+    for doc in docs:
+        stage.process(msg, doc)
+    return n / (time.perf_counter() - start)
+
+
+def compare_river_clusterers(scenario: Scenario, embedder, seed: int) -> dict:
+    """NMI of river's online clusterers on the embeddings of a phased stream (200/domain)."""
+    from river import cluster
+
+    order = scenario.names
+    random.Random(seed).shuffle(order)
+    stream = list(scenario.phased(order, per_domain=200, seed=seed))
+    vectors = embedder.embed([d.text for d in stream])  # (N, dim)
+    labels = [d.domain for d in stream]
+    out = {}
+    models = {
+        f"dbstream_{t}": lambda t=t: cluster.DBSTREAM(
+            clustering_threshold=t,
+            fading_factor=0.001,
+            cleanup_interval=50,
+            intersection_factor=0.3,
+            minimum_weight=2.0,
+        )
+        for t in (0.9, 1.1, 1.25)
+    }
+    models["denstream_0.9"] = lambda: cluster.DenStream(
+        epsilon=0.9, beta=0.5, mu=2.5, n_samples_init=100
+    )
+    for name, make in models.items():
+        model = make()
+        rows = [dict(enumerate(v.tolist())) for v in vectors]
+        for row in rows:
+            model.learn_one(row)
+        out[f"compare_river_{name}_nmi"] = nmi_purity(
+            labels, [str(model.predict_one(r)) for r in rows]
+        )[0]
+    return out
+
+
+def compare_detectors(config: RouterConfig, seeds: int = 3) -> dict:
+    """False alarms on 20,000 stationary values and delay after a shift, per detector."""
+    from river import drift
+
+    from router.detectors import Detector
+
+    class Ours:
+        def __init__(self, delta: float, threshold: float) -> None:
+            self.det = Detector(delta, threshold, config.detector_min_docs)
+            self.drift_detected = False
+
+        def update(self, x: float) -> None:
+            self.drift_detected = self.det.update(x)
+
+    signals = {
+        "novelty": (
+            lambda r: float(r.random() < 0.09),
+            lambda r: float(r.random() < 0.6),
+            (config.novelty_delta, config.novelty_threshold),
+        ),
+        "distance": (
+            lambda r: r.gauss(0, 1),
+            lambda r: r.gauss(1.5, 1),
+            (config.distance_delta, config.distance_threshold),
+        ),
+    }
+    out = {}
+    for signal, (calm, shifted, ph) in signals.items():
+        makers = {
+            "page_hinkley": lambda ph=ph: Ours(*ph),
+            "adwin": drift.ADWIN,
+            "kswin": lambda: drift.KSWIN(seed=1),
+        }
+        for name, make in makers.items():
+            alarms, delays = 0, []
+            for s in range(seeds):
+                rng = random.Random(s)
+                det = make()
+                for _ in range(20_000):
+                    det.update(calm(rng))
+                    alarms += bool(det.drift_detected)
+                det = make()
+                for _ in range(2000):
+                    det.update(calm(rng))
+                delay = 1000
+                for i in range(1000):
+                    det.update(shifted(rng))
+                    if det.drift_detected:
+                        delay = i
+                        break
+                delays.append(delay)
+            out[f"compare_{signal}_{name}_false_alarms"] = alarms
+            out[f"compare_{signal}_{name}_max_delay"] = max(delays)
+    return out
+
+
+def measure(scenario: Scenario, config: RouterConfig, embedder, args) -> dict:
+    phased = run_phased(
+        scenario, config, embedder, args.per_domain, args.mixture, args.seed, not args.no_progress
+    )
+    pipe = phased.pop("pipeline")
+    stationary = run_stationary(scenario, pipe, args.stationary, args.seed, not args.no_progress)
+    speed = route_throughput(scenario, config, embedder, pipe.route.table)
+    scratch = {}
+    if args.scratch:
+        scratch = run_from_scratch(
+            scenario, config, embedder, args.scratch, args.seed, not args.no_progress
+        )
+    return {**phased, **stationary, **scratch, "route_docs_per_s": speed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        help="directory of labelled *.jsonl[.gz] (default: data/corpus)",
+    )
+    parser.add_argument("--per-domain", type=int, default=600, help="docs per phase (cap)")
+    parser.add_argument("--mixture", type=int, default=2000, help="docs of the final mixture")
+    parser.add_argument("--stationary", type=int, default=20000, help="stationary stream docs")
+    parser.add_argument(
+        "--scratch", type=int, default=3000, help="docs of a mixture from an empty table (0: skip)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-baseline", action="store_true", help="skip the IDF-off baseline")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also measure river's clusterers and drift detectors (compare_*)",
+    )
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a [router] setting, e.g. --set threshold_quantile=0.05",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    overrides = {}
+    for item in args.set:
+        field, _, value = item.partition("=")
+        kind = type(getattr(RouterConfig(), field))
+        overrides[field] = kind(value)
+    config = RouterConfig(**overrides)
+    config.validate()
+    scenario = Scenario.from_directory(args.corpus)
+    result = {"corpus": str(args.corpus or "data/corpus"), "embed_dim": config.embed_dim}
+    result.update(measure(scenario, config, default_embedder(config), args))
+    if not args.no_baseline:
+        plain = HashedTfidfEmbedder(
+            dim=config.embed_dim,
+            char_ngrams=config.embed_char_ngrams,
+            word_weight=config.embed_word_weight,
+            tf_cap=config.embed_tf_cap,
+            max_chars=config.embed_max_chars,
+            idf=IdfTable.empty(),
+        )
+        base = measure(scenario, config, plain, args)
+        for key in (
+            "nmi",
+            "purity",
+            "max_detection_delay_docs",
+            "spurious_domains_stationary",
+            "false_drift_stationary",
+            "route_docs_per_s",
+        ):
+            result[f"baseline_{key}"] = base[key]
+    if args.compare:
+        result.update(compare_river_clusterers(scenario, default_embedder(config), args.seed))
+        result.update(compare_detectors(config))
+    result["config"] = {k: v for k, v in dataclasses.asdict(config).items() if k in overrides}
+    print(json.dumps(result, default=lambda o: list(o) if isinstance(o, tuple) else str(o)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,401 @@
+"""The discover stage: one logical instance over ``worx.routed``.
+
+It reads every routing decision but only novel documents carry text. For each decision:
+
+- the novelty indicator (1 novel, 0 assigned) feeds a one-sided Page-Hinkley detector:
+  a rise fires a ``novelty_rate`` :class:`DriftEvent` and clusters at once;
+- an assigned document feeds its domain's distance detector (``1 - cosine``, in units
+  of the domain's member spread): a rise fires a ``domain_distance`` drift event and a
+  ``drift`` :class:`TrainJob` over the domain's recent documents, branching from the
+  domain's latest expert;
+- a novel document is embedded and buffered; every ``cluster_every`` novel documents the
+  buffer is clustered (:mod:`router.cluster`) and a core that is large, cohesive, stable
+  and not close to a known domain is promoted: a new :class:`DomainRecord` (centroid;
+  threshold = a low quantile of its members' cosines), a ``promotion`` drift event, and,
+  once the domain has gathered ``job_docs`` documents, one ``new_domain`` job.
+
+Everything emitted is a pure function of the input sequence, stamped with input
+timestamps (never the clock), so a replay re-creates the same ids. The whole state,
+with the input offsets it covers, is a JSON snapshot (:meth:`snapshot`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter, deque
+from typing import Any, ClassVar
+
+import numpy as np
+
+from router.cluster import Candidate, NoveltyClusterer
+from router.config import RouterConfig
+from router.detectors import Detector
+from router.embed import Embedder, default_embedder
+from router.jobs import make_train_job
+from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob
+from router.table import DomainTable
+from worx.ids import content_hash
+from worx.records import Record
+from worx.stage import Emit, Message
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FORMAT = 1
+
+
+class _DomainState:
+    """What discover tracks per domain: documents for its job, recent documents, detector."""
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.collected: list[dict] = []  # docs gathered for the first job
+        self.job_id: str | None = None
+        self.recent: deque[dict] = deque(maxlen=config.job_docs)  # for drift jobs
+        self.detector = Detector(
+            config.distance_delta, config.distance_threshold, config.detector_min_docs
+        )
+        self.drift_jobs: list[str] = []
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "collected": self.collected,
+            "job_id": self.job_id,
+            "recent": list(self.recent),
+            "detector": self.detector.snapshot(),
+            "drift_jobs": self.drift_jobs,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.collected = list(state["collected"])
+        self.job_id = state["job_id"]
+        self.recent.clear()
+        self.recent.extend(state["recent"])
+        self.detector.restore(state["detector"])
+        self.drift_jobs = list(state["drift_jobs"])
+
+
+class DiscoverStage:
+    input_record: ClassVar[type[Record] | None] = RoutedDoc
+
+    def __init__(self, config: RouterConfig | None = None, embedder: Embedder | None = None):
+        self.config = config or RouterConfig()
+        self.embedder = embedder or default_embedder(self.config)
+        self.table = DomainTable()
+        self.clusterer = NoveltyClusterer(
+            dim=self.embedder.dim,
+            capacity=self.config.buffer_docs,
+            knn=self.config.cluster_knn,
+            shared=self.config.cluster_shared,
+            min_size=self.config.promote_min_size,
+            stable_runs=self.config.promote_stable_runs,
+            split_similarity=self.config.cluster_split_similarity,
+        )
+        self.novelty = Detector(
+            self.config.novelty_delta, self.config.novelty_threshold, self.config.detector_min_docs
+        )
+        self.domains: dict[str, _DomainState] = {}
+        self.offsets: dict[str, int] = {}  # "topic:partition" -> next offset to read
+        self.seen = 0  # decisions processed (the sequence number of events' windows)
+        self.since_cluster = 0
+        self.window_start = 0  # sequence number where the novelty detector was last reset
+
+    # ------------------------------------------------------------------ processing
+    def process(self, message: Message, record: Record | None = None) -> list[Emit]:
+        if not isinstance(record, RoutedDoc):
+            raise TypeError(f"discover expects a RoutedDoc, got {type(record).__name__}")
+        self.offsets[f"{message.topic}:{message.partition}"] = message.offset + 1
+        self.seen += 1
+        now = message.timestamp_ms
+        doc = {
+            "doc_id": record.doc_id,
+            "topic": record.docs_topic,
+            "partition": record.docs_partition,
+            "offset": record.docs_offset,
+            "label": record.label,
+            "seq": self.seen,
+        }
+        out: list[Emit] = []
+        domain_id, similarity = record.domain_id, record.similarity
+        vector = None
+        if record.text:
+            vector = self.embedder.embed([record.text])[0]  # (dim,)
+            # the route worker may not have applied our latest domain yet: re-decide locally
+            domain_id, similarity, uncertain, _ = self.table.decide(vector)
+        elif domain_id is not None and self.table.get(domain_id) is None:
+            log.debug("decision for unknown domain %s ignored", domain_id)
+            return []  # made with a table this instance does not hold: no evidence here
+        rate_before = self.novelty.mean
+        if self.novelty.update(1.0 if domain_id is None else 0.0):
+            out.append(self._novelty_event(now, rate_before))
+            self.since_cluster = self.config.cluster_every  # cluster at once
+        if domain_id is not None:
+            out.extend(self._assigned(domain_id, similarity, doc, now))
+        if vector is not None and (domain_id is None or uncertain):
+            self.clusterer.add(vector, doc)
+            self.since_cluster += 1
+        if self.since_cluster >= self.config.cluster_every:
+            self.since_cluster = 0
+            self.clusterer.expire(self.seen - self.config.buffer_max_age)
+            out.extend(self._cluster(now))
+        return out
+
+    def _assigned(self, domain_id: str, similarity: float, doc: dict, now: int) -> list[Emit]:
+        row = self.table.get(domain_id)
+        state = self.domains[domain_id]
+        out: list[Emit] = []
+        state.recent.append(doc)
+        if state.job_id is None:
+            state.collected.append(doc)
+            if len(state.collected) >= self.config.job_docs:
+                out.extend(self._first_job(domain_id, now))
+        spread = max(row.distance_std, 0.02)
+        z = ((1.0 - similarity) - row.distance_mean) / spread
+        if state.detector.update(z):
+            out.extend(self._drift(domain_id, now))
+        return out
+
+    def _cluster(self, now: int) -> list[Emit]:
+        out: list[Emit] = []
+        candidates = self.clusterer.run()
+        for cand in candidates:
+            for group in [cand, *cand.parts]:
+                near, sim = self.table.nearest(group.centroid)
+                if near is not None and self._belongs(near, sim, group):
+                    # a dense part of a known domain (its tail): those documents belong there
+                    taken = self.clusterer.remove(group.members)
+                    self.clusterer.forget_core({d["doc_id"] for d in taken})
+                    log.debug("group of %d docs joins %s (cosine %.3f)", len(taken), near, sim)
+                    for doc in taken:
+                        out.extend(self._assigned_quiet(near, doc, now))
+                    return out  # positions changed: the other groups wait for the next run
+        for cand in candidates:
+            if len(cand.members) < self.config.promote_min_size:
+                continue
+            if cand.stable < self.config.promote_stable_runs:
+                continue
+            if cand.cohesion < self.config.promote_min_cohesion:
+                continue
+            if self._arrival_rate(cand) < self.config.promote_min_rate:
+                continue  # leftovers gathered over a long time, not a new burst
+            if self._threshold(cand.sims) < self.config.promote_min_threshold:
+                continue  # too wide: several domains chained together; wait for more data
+            out.extend(self._promote(cand, now))
+            break  # positions changed: the next group waits for the next run
+        return out
+
+    def _arrival_rate(self, cand: Candidate) -> float:
+        """Share of the stream the core's documents made up while they arrived."""
+        seqs = np.asarray([self.clusterer.items[i]["seq"] for i in cand.members], np.float64)
+        low, high = np.quantile(seqs, [0.1, 0.9])
+        return 0.8 * len(seqs) / (high - low + 1.0)
+
+    def _threshold(self, sims: np.ndarray) -> float:
+        """The routing threshold learned from a core's member cosines."""
+        sims = sims.astype(np.float64)
+        return min(
+            float(np.quantile(sims, self.config.threshold_quantile)),
+            float(sims.mean() - self.config.threshold_std * sims.std()),
+        ) - self.config.threshold_margin
+
+    def _belongs(self, domain_id: str, centroid_sim: float, cand: Candidate) -> bool:
+        """Is the core part of ``domain_id`` rather than a new domain?
+
+        Yes when its centroid is as close as a sample of the domain's own would be
+        (``merge_similarity``), or when most of its members would pass the domain's own
+        threshold (a mode of the domain's tail, not something new).
+        """
+        if centroid_sim >= self.config.merge_similarity:
+            return True
+        row = self.table.get(domain_id)
+        member_sims = self.clusterer.vectors[cand.members] @ np.asarray(row.centroid, np.float32)
+        bar = row.threshold + self.config.belong_level * (row.core_threshold - row.threshold)
+        return float(np.median(member_sims)) >= bar
+
+    def _assigned_quiet(self, domain_id: str, doc: dict, now: int) -> list[Emit]:
+        """Count a document toward its domain's job without feeding the distance detector."""
+        state = self.domains[domain_id]
+        state.recent.append(doc)
+        if state.job_id is None:
+            state.collected.append(doc)
+            if len(state.collected) >= self.config.job_docs:
+                return self._first_job(domain_id, now)
+        return []
+
+    def _promote(self, cand: Candidate, now: int) -> list[Emit]:
+        members = [self.clusterer.items[i] for i in cand.members]
+        ids = sorted(d["doc_id"] for d in members)
+        domain_id = "dom-" + content_hash(",".join(ids), length=12)
+        distances = 1.0 - cand.sims.astype(np.float64)  # (m,)
+        sims = cand.sims.astype(np.float64)  # (m,)
+        threshold = self._threshold(sims)
+        core_threshold = float(sims.mean() - self.config.uncertain_std * sims.std())
+        labels = Counter(d["label"] for d in members if d.get("label"))
+        row = DomainRecord(
+            domain_id=domain_id,
+            centroid=[round(float(x), 7) for x in cand.centroid],
+            threshold=round(threshold, 6),
+            size=len(members),
+            cohesion=round(cand.cohesion, 6),
+            embedder=self.embedder.fingerprint,
+            version=1,
+            created_ms=now,
+            label_hint=labels.most_common(1)[0][0] if labels else None,
+            distance_mean=round(float(distances.mean()), 6),
+            distance_std=round(float(distances.std()), 6),
+            core_threshold=round(max(core_threshold, threshold), 6),
+        )
+        self.table.apply(row)
+        self.domains[domain_id] = _DomainState(self.config)
+        taken = self.clusterer.remove(cand.members)
+        self.clusterer.forget_core(set(ids))
+        # buffered documents the new domain now claims belong to it as well
+        claimed = [
+            i for i in range(len(self.clusterer))
+            if self.table.route(self.clusterer.vectors[i])[0] == domain_id
+        ]
+        taken += self.clusterer.remove(claimed)
+        stats = {
+            "size": float(len(members)),
+            "cohesion": cand.cohesion,
+            "threshold": threshold,
+            "claimed": float(len(claimed)),
+            "stable_runs": float(cand.stable),
+        }
+        event = DriftEvent(
+            event_id="ev-" + content_hash(f"promotion:{domain_id}", length=16),
+            detector="promotion",
+            kind="new_domain",
+            domain_id=domain_id,
+            statistics=stats,
+            window_start_offset=min(d.get("seq", self.seen) for d in taken) if taken else self.seen,
+            window_end_offset=self.seen,
+            created_ms=now,
+        )
+        log.info("promotion %s", json.dumps({"domain_id": domain_id, "label_hint": row.label_hint,
+                                             "seen": self.seen, **stats}))
+        self.novelty.reset()
+        self.window_start = self.seen
+        out = [Emit("domains", domain_id, row), Emit("drift", event.event_id, event)]
+        for doc in taken:
+            out.extend(self._assigned_quiet(domain_id, doc, now))
+        return out
+
+    def _first_job(self, domain_id: str, now: int) -> list[Emit]:
+        state = self.domains[domain_id]
+        row = self.table.get(domain_id)
+        job = self._job(domain_id, "new_domain", state.collected, row, None, now)
+        state.job_id = job.job_id
+        state.collected = []
+        updated = DomainRecord(**{**_fields(row), "version": row.version + 1,
+                                  "size": row.size + len(job.train_doc_ids)})
+        self.table.apply(updated)
+        return [Emit("train", job.job_id, job), Emit("domains", domain_id, updated)]
+
+    def _drift(self, domain_id: str, now: int) -> list[Emit]:
+        state = self.domains[domain_id]
+        row = self.table.get(domain_id)
+        event = DriftEvent(
+            event_id="ev-" + content_hash(f"distance:{domain_id}:{self.seen}", length=16),
+            detector="domain_distance",
+            kind="drift",
+            domain_id=domain_id,
+            statistics={"recent_docs": float(len(state.recent))},
+            window_start_offset=max(0, self.seen - len(state.recent)),
+            window_end_offset=self.seen,
+            created_ms=now,
+        )
+        log.warning("drift %s", json.dumps({"domain_id": domain_id, "detector": "domain_distance",
+                                            "seen": self.seen}))
+        out: list[Emit] = [Emit("drift", event.event_id, event)]
+        if len(state.recent) >= self.config.promote_min_size:
+            parent = row.expert_ids[-1] if row.expert_ids else None
+            job = self._job(domain_id, "drift", list(state.recent), row, parent, now)
+            if job.job_id not in state.drift_jobs:
+                state.drift_jobs.append(job.job_id)
+                out.append(Emit("train", job.job_id, job))
+        return out
+
+    def _novelty_event(self, now: int, rate_before: float) -> Emit:
+        event = DriftEvent(
+            event_id="ev-" + content_hash(f"novelty:{self.seen}", length=16),
+            detector="novelty_rate",
+            kind="new_domain",
+            domain_id=None,
+            statistics={"novelty_rate_before": rate_before, "buffered": float(len(self.clusterer))},
+            window_start_offset=self.window_start,
+            window_end_offset=self.seen,
+            created_ms=now,
+        )
+        log.warning("drift %s", json.dumps({"detector": "novelty_rate", "seen": self.seen}))
+        self.window_start = self.seen
+        return Emit("drift", event.event_id, event)
+
+    def _job(
+        self, domain_id: str, reason: str, docs: list[dict], row: DomainRecord,
+        parent: str | None, now: int,
+    ) -> TrainJob:
+        job = make_train_job(
+            domain_id, reason, docs, row.centroid, self.config.heldout_fraction,
+            salt=self.config.heldout_salt, parent_expert_id=parent, created_ms=now,
+        )
+        log.info("train job %s", json.dumps({"job_id": job.job_id, "domain_id": domain_id,
+                                             "reason": reason, "train": len(job.train_doc_ids),
+                                             "heldout": len(job.heldout_doc_ids)}))
+        return job
+
+    # ------------------------------------------------------------------ the domain table
+    def apply_domain(self, row: DomainRecord) -> None:
+        """Merge a row from ``worx.domains`` written by someone else (e.g. expert ids)."""
+        mine = self.table.get(row.domain_id)
+        if mine is None:
+            if self.table.apply(row):
+                self.domains.setdefault(row.domain_id, _DomainState(self.config))
+            return
+        if row.expert_ids != mine.expert_ids and row.version >= mine.version:
+            self.table.apply(DomainRecord(**{**_fields(mine), "expert_ids": list(row.expert_ids),
+                                             "version": row.version + 1}))
+
+    # ------------------------------------------------------------------ state
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "embedder": self.embedder.fingerprint,
+            "offsets": dict(self.offsets),
+            "seen": self.seen,
+            "since_cluster": self.since_cluster,
+            "window_start": self.window_start,
+            "table": [row.to_dict() for row in self.table.rows()],
+            "domains": {d: s.snapshot() for d, s in sorted(self.domains.items())},
+            "novelty": self.novelty.snapshot(),
+            "clusterer": self.clusterer.snapshot(),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if state.get("format") != SNAPSHOT_FORMAT:
+            raise ValueError(f"discover snapshot format {state.get('format')!r} is not "
+                             f"{SNAPSHOT_FORMAT}; delete the snapshot to start afresh")
+        if state["embedder"] != self.embedder.fingerprint:
+            raise ValueError(
+                f"discover snapshot was made with embedder {state['embedder']}, this "
+                f"configuration embeds with {self.embedder.fingerprint}; restore the [router] "
+                "settings or delete the snapshot"
+            )
+        self.offsets = {k: int(v) for k, v in state["offsets"].items()}
+        self.seen = int(state["seen"])
+        self.since_cluster = int(state["since_cluster"])
+        self.window_start = int(state["window_start"])
+        self.table = DomainTable()
+        for body in state["table"]:
+            self.table.apply(DomainRecord.from_dict(body))
+        self.domains = {}
+        for domain_id, body in state["domains"].items():
+            self.domains[domain_id] = _DomainState(self.config)
+            self.domains[domain_id].restore(body)
+        self.novelty.restore(state["novelty"])
+        self.clusterer.restore(state["clusterer"])
+
+
+def _fields(row: DomainRecord) -> dict[str, Any]:
+    body = row.to_dict()
+    body.pop("schema_version")
+    return body

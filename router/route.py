@@ -1,0 +1,79 @@
+"""The route stage: embed each document, assign it to a known domain or mark it novel.
+
+Stateless apart from the domain table it follows (``worx.domains``), so it runs as many
+parallel workers as ``worx.docs`` has partitions. A document goes to the nearest active
+domain when its cosine similarity reaches that domain's threshold; otherwise it is novel,
+and its text travels on to the discover stage. So does the text of an *uncertain*
+document: assigned, but below the domain's core threshold, where the first documents of
+a new domain that resembles a known one land. Every decision is stamped with the table
+version it used.
+
+Example
+-------
+>>> from ingest.records import Doc
+>>> from worx.stage import Message
+>>> stage = RouteStage()
+>>> [emit] = stage.process(Message(b"", topic="worx.docs", partition=0, offset=7),
+...                        Doc(doc_id="d1", text="hello world"))
+>>> emit.topic, emit.record.domain_id, emit.record.docs_offset
+('routed', None, 7)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from ingest.records import Doc
+from router.config import RouterConfig
+from router.embed import Embedder, default_embedder
+from router.records import RoutedDoc
+from router.table import DomainTable
+from worx.records import Record
+from worx.stage import Emit, Message
+
+log = logging.getLogger(__name__)
+
+
+class RouteStage:
+    input_record: ClassVar[type[Record] | None] = Doc
+
+    def __init__(
+        self,
+        config: RouterConfig | None = None,
+        table: DomainTable | None = None,
+        embedder: Embedder | None = None,
+    ) -> None:
+        self.config = config or RouterConfig()
+        self.table = table if table is not None else DomainTable()
+        self.embedder = embedder or default_embedder(self.config)
+        self.routed = 0
+        self.novel = 0
+
+    def process(self, message: Message, record: Record | None = None) -> list[Emit]:
+        if not isinstance(record, Doc):
+            raise TypeError(f"route expects a Doc, got {type(record).__name__}")
+        vector = self.embedder.embed([record.text])[0]  # (dim,)
+        domain_id, similarity, uncertain, version = self.table.decide(vector)
+        self.routed += 1
+        novel = domain_id is None
+        self.novel += novel
+        routed = RoutedDoc(
+            doc_id=record.doc_id,
+            domain_id=domain_id,
+            similarity=round(similarity, 6),
+            docs_topic=message.topic,
+            docs_partition=message.partition,
+            docs_offset=message.offset,
+            text=record.text if uncertain else "",
+            label=record.label,
+            domain_version=version,
+            uncertain=uncertain and not novel,
+        )
+        return [Emit("routed", record.doc_id, routed)]
+
+    def snapshot(self) -> dict[str, Any]:
+        return {}  # the table is rebuilt from worx.domains; nothing else is kept
+
+    def restore(self, state: dict[str, Any]) -> None:
+        pass

@@ -1,0 +1,95 @@
+"""`worx route` + `worx discover` + `worx domains` as processes, and the Faust agents."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ingest.records import Doc
+from ingest.scenario import Scenario
+from router.records import RoutedDoc, TrainJob
+from tests.router.test_kafka_stages import ROOT, TopicReader, _produce
+from topology.config import WorxConfig
+from topology.faust_app import create_app
+
+pytestmark = pytest.mark.broker
+
+
+def _env(kafka_conf: dict, topics, tmp_path: Path) -> dict:
+    return {**os.environ, "WORX_KAFKA__BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+            "WORX_KAFKA__TOPIC_PREFIX": topics.prefix, "WORX_KAFKA__SESSION_TIMEOUT_MS": "6000",
+            "WORX_ROUTER__JOB_DOCS": "60", "WORX_DATA_DIR": str(tmp_path / "data")}
+
+
+def _phased_docs() -> list[Doc]:
+    stream = Scenario.from_directory().phased(["scripture", "python_code"], per_domain=160, seed=6)
+    return [Doc(doc_id=d.doc_id, text=d.text, label=d.domain) for d in stream]
+
+
+def _stop(process: subprocess.Popen) -> str:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    return err
+
+
+def test_route_and_discover_commands_find_both_domains(kafka_conf, topics, tmp_path):
+    env = _env(kafka_conf, topics, tmp_path)
+    docs = _phased_docs()
+    _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), 0) for d in docs])
+    cli = [sys.executable, "-m", "topology.cli"]
+    route = subprocess.Popen([*cli, "route"], cwd=ROOT, env=env, stderr=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, text=True)
+    discover = subprocess.Popen([*cli, "discover"], cwd=ROOT, env=env, stderr=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, text=True)
+    jobs = TopicReader(kafka_conf, topics.train, TrainJob)
+    try:
+        found = jobs.until(lambda records: len({r.domain_id for r in records}) >= 2, timeout=150)
+    finally:
+        jobs.close()
+        route_err, discover_err = _stop(route), _stop(discover)
+    assert route.returncode == 0, route_err[-2000:]
+    assert discover.returncode == 0, discover_err[-2000:]
+    assert "promotion" in discover_err
+    labels = {d.doc_id: d.label for d in docs}
+    majority = sorted(Counter(labels[i] for i in job.train_doc_ids).most_common(1)[0][0]
+                      for job in found)
+    assert majority == ["python_code", "scripture"]
+    assert (tmp_path / "data" / "discover" / "state.json").exists()
+    listing = subprocess.run([*cli, "domains", "--json", "--wait", "2"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert listing.returncode == 0, listing.stderr[-2000:]
+    rows = [json.loads(line) for line in listing.stdout.splitlines()]
+    assert sorted(r["label_hint"] for r in rows) == ["python_code", "scripture"]
+    assert all(r["size"] >= 40 and 0 < r["threshold"] < r["cohesion"] for r in rows)
+
+
+def test_faust_agents_register_and_route(kafka_conf, topics, tmp_path):
+    config = WorxConfig(data_dir=str(tmp_path / "data"))
+    app = create_app(config, "127.0.0.1:1", ["route", "discover"])
+    assert sorted(a.name for a in app.agents.values()) == ["discover", "route"]
+
+    env = _env(kafka_conf, topics, tmp_path)
+    docs = _phased_docs()
+    _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), i % 2) for i, d in enumerate(docs)])
+    command = [sys.executable, "-m", "topology.cli", "stream", "--agents", "route,discover"]
+    stream = subprocess.Popen(command, cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
+                              stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    routed = TopicReader(kafka_conf, topics.routed, RoutedDoc, partitions=2)
+    jobs = TopicReader(kafka_conf, topics.train, TrainJob)
+    try:
+        routed.until(lambda records: len({r.doc_id for r in records}) >= len(docs), timeout=150)
+        found = jobs.until(lambda records: len({r.domain_id for r in records}) >= 1, timeout=120)
+    finally:
+        routed.close()
+        jobs.close()
+        err = _stop(stream)
+    assert stream.returncode == 0, err[-3000:]
+    assert found and all(job.train_doc_ids for job in found)

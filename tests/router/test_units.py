@@ -1,0 +1,130 @@
+"""Table, jobs, detectors and the stage contract (snapshot/restore, determinism, dead letters)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from ingest.records import Doc
+from ingest.scenario import Scenario
+from router.config import RouterConfig
+from router.detectors import Detector
+from router.discover import DiscoverStage
+from router.jobs import is_heldout, make_train_job, offset_ranges
+from router.records import DomainRecord, RoutedDoc
+from router.route import RouteStage
+from router.table import DomainTable
+from topology.config import ConfigError, load_config
+from topology.runner import apply_stage
+from worx.stage import Message
+
+
+def row(domain_id: str, centroid: list[float], version: int = 1, **kw) -> DomainRecord:
+    return DomainRecord(domain_id, centroid, kw.pop("threshold", 0.5), 10, 0.8,
+                        version=version, **kw)
+
+
+def test_table_keeps_the_newest_version_and_routes_by_threshold() -> None:
+    table = DomainTable()
+    assert table.route(np.array([1.0, 0.0], np.float32)) == (None, 0.0)
+    assert table.apply(row("a", [1.0, 0.0], version=2))
+    assert not table.apply(row("a", [0.0, 1.0], version=1))  # older: ignored (replays)
+    assert table.apply(row("b", [0.0, 1.0], threshold=0.9, core_threshold=0.95))
+    assert table.version == 3
+    assert table.route(np.array([0.8, 0.6], np.float32))[0] == "a"
+    assert table.route(np.array([0.6, 0.8], np.float32))[0] is None  # below b's 0.9
+    domain, _, uncertain, version = table.decide(np.array([0.0, 1.0], np.float32))
+    assert (domain, uncertain, version) == ("b", False, 3)
+    table.apply(row("a", [1.0, 0.0], version=3, status="retired"))
+    assert table.route(np.array([1.0, 0.0], np.float32))[0] is None
+    with pytest.raises(ValueError, match="dimensions"):
+        table.apply(row("c", [1.0, 0.0, 0.0]))
+    assert table.wait_for(lambda t: t.version >= 4, timeout=0.1)
+
+
+def test_heldout_split_ranges_and_job_ids_are_deterministic() -> None:
+    ids = [f"doc-{i}" for i in range(2000)]
+    held = [d for d in ids if is_heldout(d, 0.1)]
+    assert 120 < len(held) < 280 and held == [d for d in ids if is_heldout(d, 0.1)]
+    docs = [{"doc_id": f"d{p}-{o}", "topic": "x.docs", "partition": p, "offset": o}
+            for p, o in [(0, 1), (0, 2), (0, 3), (0, 7), (1, 2)]]
+    assert [(r.partition, r.start, r.end) for r in offset_ranges(docs)] == [
+        (0, 1, 4), (0, 7, 8), (1, 2, 3)]
+    job = make_train_job("dom-1", "new_domain", docs, [0.6, 0.8], heldout_fraction=0.5)
+    again = make_train_job("dom-1", "new_domain", list(reversed(docs)), [0.6, 0.8], 0.5)
+    assert job.job_id == again.job_id
+    assert sorted(job.train_doc_ids + job.heldout_doc_ids) == sorted(d["doc_id"] for d in docs)
+    assert make_train_job("dom-2", "new_domain", docs, [0.6, 0.8], 0.5).job_id != job.job_id
+    assert make_train_job("dom-1", "drift", docs, [0.6, 0.8], 0.5).job_id != job.job_id
+
+
+def test_detector_default_is_quiet_on_stationary_noise_and_fires_on_a_rise() -> None:
+    config = RouterConfig()
+    rng = random.Random(0)
+    novelty = Detector(config.novelty_delta, config.novelty_threshold, config.detector_min_docs)
+    assert not any(novelty.update(float(rng.random() < 0.1)) for _ in range(20_000))
+    fired = next(i for i in range(1000) if novelty.update(1.0))
+    assert fired < 100
+    distance = Detector(config.distance_delta, config.distance_threshold,
+                        config.detector_min_docs)
+    assert not any(distance.update(rng.gauss(0.0, 1.0)) for _ in range(20_000))
+    assert any(distance.update(rng.gauss(2.0, 1.0)) for _ in range(200))
+
+
+def test_detector_snapshot_continues_identically() -> None:
+    a = Detector(0.05, 10.0)
+    values = [float(i % 7 == 0) for i in range(300)] + [1.0] * 50
+    for v in values[:150]:
+        a.update(v)
+    b = Detector(0.05, 10.0)
+    b.restore(json.loads(json.dumps(a.snapshot())))
+    assert [a.update(v) for v in values[150:]] == [b.update(v) for v in values[150:]]
+
+
+@pytest.mark.parametrize("make", [RouteStage, DiscoverStage])
+def test_stage_contract_snapshot_round_trip_and_determinism(make) -> None:
+    config = RouterConfig(job_docs=30, promote_min_size=20, cluster_every=10)
+    docs = list(Scenario.from_directory().phased(["legal", "news"], per_domain=60, seed=5))
+
+    def run(stage, items):
+        out = []
+        for i, d in items:
+            msg = Message(b"", topic="t", partition=0, offset=i, timestamp_ms=i)
+            record = Doc(doc_id=d.doc_id, text=d.text, label=d.domain)
+            if isinstance(stage, DiscoverStage):
+                record = RoutedDoc(d.doc_id, None, 0.0, "t.docs", 0, i, text=d.text,
+                                   label=d.domain)
+            out += [(e.topic, e.record.to_json()) for e in stage.process(msg, record)]
+        return out
+
+    items = list(enumerate(docs))
+    whole = run(make(config), items)
+    assert whole == run(make(config), items)  # same input, same output
+    first = make(config)
+    head = run(first, items[:70])
+    state = json.loads(json.dumps(first.snapshot()))  # plain JSON, no pickle
+    second = make(config)
+    second.restore(state)
+    assert json.dumps(second.snapshot(), sort_keys=True) == json.dumps(state, sort_keys=True)
+    assert head + run(second, items[70:]) == whole
+
+
+def test_route_dead_letters_bad_input_with_the_reason() -> None:
+    stage = RouteStage()
+    [emit] = apply_stage(stage, Message(b"not json", topic="t", offset=3), "route")
+    assert emit.topic == "dlq" and emit.record.reason == "not_json"
+    [emit] = apply_stage(stage, Message(b'{"schema_version": 9}', topic="t"), "route")
+    assert emit.record.reason == "unknown_schema_version"
+    good = Doc(doc_id="d1", text="some text").to_json()
+    [emit] = apply_stage(stage, Message(good, topic="t", partition=1, offset=4), "route")
+    assert emit.topic == "routed" and emit.record.docs_offset == 4
+
+
+def test_router_config_validation_and_env_override() -> None:
+    config = load_config(env={"WORX_ROUTER__JOB_DOCS": "99", "WORX_ROUTER__EMBED_DIM": "64"})
+    assert config.router.job_docs == 99 and config.router.embed_dim == 64
+    with pytest.raises(ConfigError, match="threshold_quantile"):
+        load_config(env={"WORX_ROUTER__THRESHOLD_QUANTILE": "0.7"})

@@ -1,0 +1,90 @@
+"""`worx demo`: the whole loop, as a new user first sees it (logic in topology/demo.py)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+# Settings that make the demo finish within minutes on 2 CPU cores; a `worx.toml` or
+# WORX_* variables still override them (they are passed to the stages as WORX_* defaults).
+DEMO_STAGE_DEFAULTS = {
+    "WORX_TRAINER__MAX_STEPS": "30",
+    "WORX_TRAINER__GRAD_ACCUM_STEPS": "1",
+    "WORX_TRAINER__LR": "0.003",
+    "WORX_TRAINER__EVAL_EVERY": "10",
+    "WORX_MONITOR__BASELINE_STEPS": "30",
+}
+QUICK = {"new_domains": ("python_code", "legal"), "per_domain": 280, "mixture_docs": 100}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the whole loop on the embedded broker with the bundled corpus",
+        description="Start the embedded broker and every stage (route, discover, trainer, "
+        "serve, monitor) as supervised processes, stream the bundled corpus as a company "
+        "would (the trunk's own domains first, then new domains one after another, then a "
+        "mixture, plus a few malformed records), and show live what happens. Ends with a "
+        "summary and writes the report (HTML, PNGs, JSON) into the run directory. Each run "
+        "gets a fresh directory; Ctrl-C stops everything it started.",
+    )
+    parser.add_argument("--out", default="worx-demo", help="parent of the run directories")
+    parser.add_argument("--report-json", help="also write the summary JSON here")
+    parser.add_argument("--quick", action="store_true", help="a shorter run: 2 new domains")
+    parser.add_argument(
+        "--baseline", action="store_true", help="also run the dense sequential fine-tune baseline"
+    )
+    parser.add_argument("--trunk", help="trunk directory (default: the bundled trunk)")
+    parser.add_argument("--corpus", help="labelled corpus directory (default: bundled)")
+    parser.add_argument("--old-domains", help="comma-separated: the trunk's own domains")
+    parser.add_argument("--new-domains", help="comma-separated: the domains to discover")
+    parser.add_argument("--per-domain", type=int, help="documents per domain phase")
+    parser.add_argument("--mixture-docs", type=int, help="documents in the final mixture")
+    parser.add_argument("--timeout", type=float, default=900.0, help="give up after seconds")
+    parser.add_argument("--no-serve", action="store_true", help="do not start `worx serve`")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from rich.console import Console
+
+    from experts.default_trunk import default_trunk_dir
+    from topology.config import load_config
+    from topology.demo import DemoPlan, run_demo
+    from topology.loop import StageFailed
+
+    config = load_config(args.config)
+    trunk = Path(args.trunk or config.experts.trunk_dir or default_trunk_dir())
+    run_dir = Path(args.out) / time.strftime("run-%Y%m%d-%H%M%S")
+    stage_env = {k: v for k, v in DEMO_STAGE_DEFAULTS.items() if k not in os.environ}
+    plan = DemoPlan(run_dir=run_dir.resolve(), trunk_dir=trunk.resolve(), stage_env=stage_env)
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(plan, name, value)
+    if args.corpus:
+        plan.corpus_dir = Path(args.corpus)
+    if args.old_domains is not None:
+        plan.old_domains = tuple(d for d in args.old_domains.split(",") if d)
+    if args.new_domains is not None:
+        plan.new_domains = tuple(d for d in args.new_domains.split(",") if d)
+    if args.per_domain:
+        plan.per_domain = args.per_domain
+    if args.mixture_docs is not None:
+        plan.mixture_docs = args.mixture_docs
+    plan.baseline = args.baseline
+    plan.timeout_s = args.timeout
+    plan.serve = not args.no_serve
+    console = Console()
+    try:
+        report = run_demo(plan, console)
+    except StageFailed as exc:
+        console.print(f"[red]worx demo: {exc}[/]")
+        return 1
+    if args.report_json:
+        Path(args.report_json).write_text(json.dumps(report, indent=2, sort_keys=True))
+        console.print(f"summary JSON: {args.report_json}")
+    return 0 if report.get("finished") else 1

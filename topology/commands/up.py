@@ -1,0 +1,86 @@
+"""`worx up`: every stage against your own Kafka cluster and trunk, from worx.toml."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "up",
+        help="run every stage against your Kafka cluster and trunk (from worx.toml)",
+        description="Create the worx topics if missing, then start connect (your topics "
+        "[ingest] source_topics -> worx.docs), route, discover, trainer, serve and monitor "
+        "as supervised processes against kafka.bootstrap_servers, with the trunk of "
+        "experts.trunk_dir. A crashed stage is restarted alone. Shows the loop live until "
+        "Ctrl-C or SIGTERM, then stops everything it started. State (expert store, "
+        "snapshots, monitor history) lives under data_dir.",
+    )
+    parser.add_argument("--no-connect", action="store_true", help="do not start `worx connect`")
+    parser.add_argument("--no-serve", action="store_true", help="do not start `worx serve`")
+    parser.add_argument("--baseline", action="store_true", help="run the dense baseline too")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from experts.default_trunk import default_trunk_dir
+    from topology.config import ConfigError, load_config
+    from topology.kafka import client_conf
+    from topology.loop import LoopOptions, StageFailed, start_loop, watch_live
+    from topology.supervisor import ChildSpec, worx_argv
+    from topology.topics import ensure_topics
+
+    config = load_config(args.config)
+    if not config.kafka.bootstrap_servers:
+        raise ConfigError(
+            "worx up runs against your own cluster: set kafka.bootstrap_servers in worx.toml "
+            "(or WORX_KAFKA__BOOTSTRAP_SERVERS); `worx demo` runs on the embedded broker"
+        )
+    if not args.no_connect and not config.ingest.source_topics:
+        raise ConfigError(
+            "no company topics to read: set ingest.source_topics (and the field mapping "
+            "ingest.text_field / id_field), or pass --no-connect to feed worx.docs yourself"
+        )
+    conf = client_conf(config.kafka, config.kafka.bootstrap_servers)
+    ensure_topics(
+        conf,
+        prefix=config.kafka.topic_prefix,
+        partitions=config.kafka.partitions,
+        replication_factor=config.kafka.replication_factor,
+    )
+    options = LoopOptions(
+        bootstrap_servers=config.kafka.bootstrap_servers,
+        run_dir=Path(config.data_dir).resolve(),
+        trunk_dir=Path(config.experts.trunk_dir or default_trunk_dir()).resolve(),
+        topic_prefix=config.kafka.topic_prefix,
+        config_path=args.config,
+        serve=not args.no_serve,
+        baseline=args.baseline,
+    )
+    console = Console()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    loop = start_loop(options, conf)
+    try:
+        if not args.no_connect:
+            loop.supervisor.start(ChildSpec("connect", worx_argv("connect")))
+        if loop.dashboard_url:
+            console.print(f"dashboard: {loop.dashboard_url}")
+        if loop.serve_url:
+            console.print(f"serving: {loop.serve_url}")
+        watch_live(loop, lambda _state: stop.is_set(), timeout_s=float("inf"), console=console)
+    except StageFailed as exc:
+        console.print(f"[red]worx up: {exc}[/]")
+        return 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.supervisor.stop_all()
+        loop.watcher.stop()
+    return 0

@@ -1,0 +1,64 @@
+"""The route stage as a Faust agent: <prefix>.docs -> <prefix>.routed.
+
+Each worker follows the whole compacted <prefix>.domains table with its own
+:class:`topology.domain_follower.DomainFollower` (a thread, outside the consumer group),
+so a new domain takes effect in every worker without a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from router.route import RouteStage
+from topology.faust_agents import raw_topic
+from topology.runner import apply_stage
+from worx.stage import Message
+
+if TYPE_CHECKING:
+    import faust
+
+    from topology.config import WorxConfig
+    from topology.topics import Topics
+
+log = logging.getLogger(__name__)
+
+
+def bootstrap_of(app: faust.App) -> str:
+    """The app's brokers as a librdkafka ``bootstrap.servers`` string."""
+    return ",".join(str(url).split("://", 1)[-1].rstrip("/") for url in app.conf.broker)
+
+
+def register(app: faust.App, config: WorxConfig, topics: Topics) -> None:
+    from topology.domain_follower import DomainFollower
+    from topology.kafka import client_conf
+
+    stage = RouteStage(config.router)
+    outputs: dict[str, Any] = {}
+
+    def output(suffix: str) -> Any:
+        if suffix not in outputs:
+            outputs[suffix] = raw_topic(app, topics.name(suffix))
+        return outputs[suffix]
+
+    async def route(stream: Any) -> None:
+        # each output is sent (handed to the producer) before the event is acknowledged;
+        # Faust flushes the producer before it commits the offset: at least once
+        async for event in stream.events():
+            msg = event.message
+            message = Message(value=event.value, key=event.key, topic=msg.topic,
+                              partition=msg.partition, offset=msg.offset,
+                              timestamp_ms=int((msg.timestamp or 0) * 1000))
+            for emit in apply_stage(stage, message, "route"):
+                key = emit.key.encode() if emit.key is not None else None
+                await output(emit.topic).send(key=key, value=emit.record.to_json())
+
+    app.agent(raw_topic(app, topics.docs), name="route")(route)
+
+    @app.task
+    async def follow_domains() -> None:
+        conf = client_conf(config.kafka, bootstrap_of(app))
+        follower = DomainFollower(conf, topics.domains, stage.table.apply).start()
+        log.info("route agent follows %s (embedder %s)", topics.domains,
+                 stage.embedder.fingerprint)
+        stage.follower = follower  # a daemon thread: it ends with the worker process
