@@ -13,18 +13,35 @@ from typing import Any
 from monitor.history import RUNS, MatrixHistory
 
 
-def _run_figures(history: MatrixHistory, run: str) -> dict[str, Any] | None:
+def display_names(domains: list[str], labels: dict[str, str] | None) -> dict[str, str]:
+    """Domain id -> what a person reads: its label where known and unique, else the id."""
+    labels = labels or {}
+    named = [labels.get(d) for d in domains]
+    return {
+        d: name if name and named.count(name) == 1 else (f"{name} ({d})" if name else d)
+        for d, name in zip(domains, named, strict=True)
+    }
+
+
+def _run_figures(
+    history: MatrixHistory, run: str, labels: dict[str, str] | None = None
+) -> dict[str, Any] | None:
     rows = history.rows(run)
     if not rows:
         return None
     m = history.matrix(run)
     summaries = history.summaries(run)
     domains = m["domains"]
+    names = display_names(domains, labels)
     return {
         "domains": domains,
+        "domain_names": [names[d] for d in domains],
         "steps": [r.step for r in rows],
         "step_labels": [
-            "trunk" if r.step == 0 else f"+{r.arrived_domain or r.arrived_expert}" for r in rows
+            "trunk"
+            if r.step == 0
+            else f"+{names.get(r.arrived_domain, r.arrived_domain) or r.arrived_expert}"
+            for r in rows
         ],
         "loss": m["loss"],  # (steps, domains), None = not evaluated
         "perplexity": [
@@ -51,7 +68,10 @@ def _run_figures(history: MatrixHistory, run: str) -> dict[str, Any] | None:
 
 
 def build_state(
-    history: MatrixHistory, live: dict[str, Any] | None = None, store: dict[str, Any] | None = None
+    history: MatrixHistory,
+    live: dict[str, Any] | None = None,
+    store: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole picture: ``{"runs": {"ours", "dense_baseline"}, "live", "store", "headline"}``.
 
@@ -61,8 +81,10 @@ def build_state(
         :meth:`monitor.live.LiveState.snapshot` (stream rates, jobs, drift...), if running.
     store
         ``{"experts": n, "bytes": n, "quarantined": n}`` of the expert store, if known.
+    labels
+        Domain id -> given label (e.g. the majority label of its documents), for display.
     """
-    runs = {run: _run_figures(history, run) for run in RUNS}
+    runs = {run: _run_figures(history, run, labels) for run in RUNS}
     ours = runs["ours"]
     base = runs["dense_baseline"]
     live = live or {}

@@ -51,7 +51,8 @@ def _heatmap(ax: Any, run: dict[str, Any], title: str, span: float) -> None:
     image = ax.imshow(
         delta, cmap="RdYlGn_r", norm=TwoSlopeNorm(vcenter=0.0, vmin=-span, vmax=span), aspect="auto"
     )
-    ax.set_xticks(range(len(run["domains"])), run["domains"], rotation=30, ha="right")
+    names = run.get("domain_names", run["domains"])
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
     ax.set_yticks(
         range(len(run["steps"])),
         [f"{s}  {lab}" for s, lab in zip(run["steps"], run["step_labels"], strict=True)],
@@ -115,10 +116,10 @@ def plot_perplexity(state: dict[str, Any], path: Path) -> None:
     run = state["runs"]["ours"]
     fig, ax = plt.subplots(figsize=(9, 4.2))
     _style(ax, "Held-out perplexity per domain, as experts arrive")
-    for j, domain in enumerate(run["domains"]):
+    for j, name in enumerate(run.get("domain_names", run["domains"])):
         ys = [row[j] for row in run["perplexity"]]
         color = PALETTE[j % len(PALETTE)]
-        ax.plot(run["steps"], ys, marker="o", ms=4, lw=2, color=color, label=domain)
+        ax.plot(run["steps"], ys, marker="o", ms=4, lw=2, color=color, label=name)
     top = ax.get_ylim()[1]
     for step, expert in zip(run["steps"], run["experts"], strict=True):
         if expert:
@@ -262,7 +263,7 @@ def write_report(state: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
 
 
 def _matrix_html(run: dict[str, Any], title: str) -> str:
-    head = "".join(f"<th>{html.escape(d)}</th>" for d in run["domains"])
+    head = "".join(f"<th>{html.escape(d)}</th>" for d in run.get("domain_names", run["domains"]))
     body = "".join(
         f"<tr><th>{s} {html.escape(lab)}</th>"
         + "".join(f"<td>{_fmt(v, 2)}</td>" for v in row)

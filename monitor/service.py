@@ -75,7 +75,16 @@ def build_monitor(
             section.backfill,
         )
         if section.baseline:
-            dense = DenseConfig(steps=section.baseline_steps, lr=section.baseline_lr, progress=True)
+            # the same tokens per step as the expert recipe, so the comparison is like for like
+            t = config.trainer
+            dense = DenseConfig(
+                steps=section.baseline_steps,
+                lr=section.baseline_lr,
+                seq_len=t.seq_len,
+                micro_batch_size=t.micro_batch_size,
+                grad_accum_steps=t.grad_accum_steps,
+                progress=True,
+            )
             baseline = DenseBaseline(
                 trunk_path,
                 heldout,

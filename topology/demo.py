@@ -40,7 +40,7 @@ class DemoPlan:
     corpus_dir: Path | None = None  # None: the bundled corpus
     old_domains: tuple[str, ...] = TRUNK_DOMAINS
     new_domains: tuple[str, ...] = NEW_DOMAINS
-    per_domain: int = 260
+    per_domain: int = 320
     mixture_docs: int = 300
     seed: int = 0
     baseline: bool = False
@@ -125,7 +125,11 @@ def run_demo(plan: DemoPlan, console: Console | None = None) -> dict:
                 feed_done = loop.supervisor.exit_code("ingest") == 0
                 return loop_is_done(state, fed, plan.quiet_s, feed_done)
 
-            finished = watch_live(loop, done, plan.timeout_s, console)
+            try:
+                finished = watch_live(loop, done, plan.timeout_s, console)
+            except KeyboardInterrupt:  # stop everything, then report what happened so far
+                console.print("[yellow]interrupted: stopping every stage[/]")
+                finished = False
             with loop.watcher.lock:
                 labels = {d: r.label_hint or "?" for d, r in loop.watcher.state.domains.items()}
                 expert_domains = {e: r.domain_id for e, r in loop.watcher.state.experts.items()}
@@ -171,7 +175,7 @@ def summarise(plan: DemoPlan, labels: dict[str, str], expert_domains: dict[str, 
         from monitor.figures import build_state
         from monitor.report import write_report
 
-        paths = write_report(build_state(history), plan.run_dir / "report")
+        paths = write_report(build_state(history, labels=labels), plan.run_dir / "report")
         report["report"] = {name: str(path) for name, path in paths.items()}
     except Exception as exc:  # the figures above are the result; the plots are a view of them
         log.exception("writing the report failed")

@@ -35,7 +35,13 @@ def apply_stage(stage: Stage, message: Message, stage_name: str) -> list[Emit]:
     try:
         return stage.process(message, record)
     except Exception as exc:  # a bug or bad data in one message must not stop the stream
-        log.exception("stage %s failed on %s[%d]@%d", stage_name, message.topic, message.partition, message.offset)
+        log.exception(
+            "stage %s failed on %s[%d]@%d",
+            stage_name,
+            message.topic,
+            message.partition,
+            message.offset,
+        )
         detail = f"{type(exc).__name__}: {exc}"
         return [Emit("dlq", None, DeadLetter.of(message, "stage_error", detail, stage_name))]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tests.ingest.ingest_testdata import drain
 
 

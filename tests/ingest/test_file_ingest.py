@@ -11,11 +11,11 @@ import time
 from collections import Counter
 
 import pytest
-from tests.ingest.ingest_testdata import BAD_LINES, MIXED_CONFIG, write_mixed_file
 
 from ingest.config import IngestConfig
 from ingest.files import FileIngestor
 from ingest.records import DeadLetter, Doc
+from tests.ingest.ingest_testdata import BAD_LINES, MIXED_CONFIG, write_mixed_file
 from topology.kafka import make_producer
 
 pytestmark = pytest.mark.broker

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import shutil
 
-from tests.monitor.smallrun import DENSE, EXPERT_DOMAINS, SmallRun
-
 from monitor.baseline import RUN, DenseBaseline
+from tests.monitor.smallrun import DENSE, EXPERT_DOMAINS, SmallRun
 
 
 def test_same_domains_same_order_and_replay_is_a_no_op(small_run: SmallRun) -> None:

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.monitor.smallrun import ALL_DOMAINS, SmallRun
 
 from monitor.figures import build_state
 from monitor.live import LiveState
 from monitor.records import EvalRow
 from monitor.server import DashboardServer
+from tests.monitor.smallrun import ALL_DOMAINS, SmallRun
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or (

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from tests.monitor.smallrun import ALL_DOMAINS, EXPERT_DOMAINS, SmallRun, corpus_docs, train_expert
 
 

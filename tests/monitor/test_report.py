@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.monitor.smallrun import ALL_DOMAINS, SmallRun
 
+from tests.monitor.smallrun import ALL_DOMAINS, SmallRun
 from topology.cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

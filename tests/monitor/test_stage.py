@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from tests.monitor.smallrun import DENSE, SmallRun, corpus_docs, train_expert
 
 from ingest.records import DeadLetter, Doc
 from monitor.baseline import DenseBaseline
@@ -18,6 +17,7 @@ from monitor.live import LiveState
 from monitor.records import EvalRow
 from monitor.stage import MonitorStage, kafka_fetch
 from router.records import DriftEvent, TrainJob
+from tests.monitor.smallrun import DENSE, SmallRun, corpus_docs, train_expert
 from topology.runner import StageRunner
 from topology.topics import Topics
 from trainer.records import TrainStatus

@@ -9,13 +9,14 @@ from pathlib import Path
 # Settings that make the demo finish within minutes on 2 CPU cores; a `worx.toml` or
 # WORX_* variables still override them (they are passed to the stages as WORX_* defaults).
 DEMO_STAGE_DEFAULTS = {
+    "WORX_ROUTER__JOB_DOCS": "200",
     "WORX_TRAINER__MAX_STEPS": "30",
     "WORX_TRAINER__GRAD_ACCUM_STEPS": "1",
     "WORX_TRAINER__LR": "0.003",
     "WORX_TRAINER__EVAL_EVERY": "10",
     "WORX_MONITOR__BASELINE_STEPS": "30",
 }
-QUICK = {"new_domains": ("python_code", "legal"), "per_domain": 280, "mixture_docs": 100}
+QUICK = {"new_domains": ("python_code", "legal"), "per_domain": 300, "mixture_docs": 100}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
