@@ -15,7 +15,11 @@ its own. Prints ONE JSON line:
 The trunk is the bundled default trunk (``data/trunk``, pretrained on general English) when
 it exists, else a randomly initialised GPT-2 of the same shape (4 layers, width 256);
 ``--trunk DIR`` picks another. The domain trained on is ``--domain`` (default
-``biomedical``, not in the trunk's pretraining data).
+``biomedical``, not in the trunk's pretraining data). The expert measured is a realistic one
+for that trunk: rank 64 (``--expert-rank``) adapters in the upper half of its layers
+(``--expert-layers upper``, the recipe's default layers; ``all`` puts one in every layer, and
+the backward pass then runs through the whole trunk). A much smaller expert would let
+bitsandbytes' two fixed 1 KiB quantisation maps dominate its optimizer bytes per parameter.
 
 Usage::
 
@@ -26,6 +30,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -122,6 +127,13 @@ def run_one(name: str, spec: dict) -> dict:
             progress=False,
         )
         trunk = load_trunk(spec["trunk"])
+        cfg = dataclasses.replace(
+            cfg,
+            expert_rank=spec["expert_rank"],
+            expert_layers=_expert_layers(spec["expert_layers"], trunk.num_layers),
+        )
+        cfg.validate()
+        out["expert_layers"] = list(cfg.expert_layers)
         prepare_trunk(trunk, cfg, cache_dir=Path(spec["cache_dir"]))
         result = train_expert(trunk, train, heldout, cfg)
         summary = result.summary
@@ -180,6 +192,18 @@ def run_one(name: str, spec: dict) -> dict:
     return out
 
 
+def _expert_layers(arg: str, num_layers: int) -> tuple[int, ...]:
+    """Trunk layers with an adapter: ``all``, ``upper`` (the upper half) or ``0,2,3``."""
+    if arg == "all":
+        return tuple(range(num_layers))
+    if arg == "upper":
+        return tuple(range(num_layers // 2, num_layers))
+    layers = tuple(int(x) for x in arg.split(","))
+    if any(not 0 <= layer < num_layers for layer in layers):
+        raise ValueError(f"--expert-layers {arg!r}: the trunk has layers 0..{num_layers - 1}")
+    return layers
+
+
 def _rss_split() -> dict[str, float]:
     fields = {}
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -226,6 +250,14 @@ def main() -> int:
     parser.add_argument("--heldout-docs", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
+        "--expert-rank", type=int, default=64, help="bottleneck width of each adapter"
+    )
+    parser.add_argument(
+        "--expert-layers",
+        default="upper",
+        help="trunk layers with an adapter: 'upper' (upper half), 'all' or e.g. '0,2,3'",
+    )
+    parser.add_argument(
         "--repeat", type=int, default=2, help="runs of the expert/dense pair (fastest kept)"
     )
     parser.add_argument(
@@ -239,6 +271,13 @@ def main() -> int:
         spec = json.loads(Path(args.spec).read_text())
         print(json.dumps(run_one(args.run_one, spec)), flush=True)
         return 0
+
+    if args.expert_rank < 1:
+        parser.error("--expert-rank must be >= 1")
+    if args.expert_layers not in ("all", "upper") and not all(
+        x.strip().isdigit() for x in args.expert_layers.split(",")
+    ):
+        parser.error(f"--expert-layers {args.expert_layers!r}: 'all', 'upper' or e.g. '0,2,3'")
 
     import logging
 
@@ -256,6 +295,8 @@ def main() -> int:
             "threads": args.threads,
             "warmup": max(1, args.steps // 10),
             "expert_lr": 2e-3,
+            "expert_rank": args.expert_rank,
+            "expert_layers": args.expert_layers,
             "dense_lr": 3e-4,
             "train": corpus_texts(args.domain, args.train_docs),
             "heldout": corpus_texts(args.domain, args.heldout_docs, skip=args.train_docs),
@@ -378,6 +419,9 @@ def _report(
         "seq_len": args.seq_len,
         "micro_batch": args.micro_batch,
         "threads": args.threads,
+        "expert_rank": args.expert_rank,
+        "expert_layers": get(expert, "expert_layers") or args.expert_layers,
+        "expert_trainable_params": get(expert, "trainable_params"),
         "runs": runs,
         "expert_over_dense_time_per_token": _ratio(
             get(expert, "time_per_token_us"), get(dense, "time_per_token_us")

@@ -58,7 +58,8 @@ REASONS = (
     "duplicate_id",
     "missing",
 )
-_DTYPES = {
+# safetensors dtype names -> torch dtypes (also used by trainer/mmap_weights.py)
+SAFETENSORS_DTYPES = {
     "F64": torch.float64,
     "F32": torch.float32,
     "F16": torch.float16,
@@ -68,6 +69,7 @@ _DTYPES = {
     "I16": torch.int16,
     "I8": torch.int8,
     "U8": torch.uint8,
+    "BOOL": torch.bool,
 }
 _MAX_HEADER = 100 << 20  # a safetensors header larger than this is not one of ours
 
@@ -156,7 +158,7 @@ def _parse_safetensors(buf: Any, size: int) -> tuple[dict[str, torch.Tensor], di
     tensors: dict[str, torch.Tensor] = {}
     for name, info in header.items():
         try:
-            dtype = _DTYPES[info["dtype"]]
+            dtype = SAFETENSORS_DTYPES[info["dtype"]]
             shape = [int(s) for s in info["shape"]]
             begin, end = (int(o) for o in info["data_offsets"])
         except (KeyError, TypeError, ValueError) as exc:

@@ -8,6 +8,7 @@ from typing import Any
 
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory
+from monitor.labels import DomainLabels
 from monitor.live import LiveState
 from monitor.stage import MonitorStage, kafka_fetch
 
@@ -106,4 +107,5 @@ def build_monitor(
         store,
         fingerprint,
         root,
+        DomainLabels(root),
     )

@@ -5,8 +5,10 @@ counted by reason; ``drift`` events, ``train.status`` progress and ``experts``
 registrations are kept for the dashboard; a ``train`` job's held-out documents enter the
 held-out sets (fetched by reference, never trained on); each new registration triggers an
 evaluation of the serving mixture and a step of the dense baseline, whose rows are emitted
-on ``metrics``. Undecodable input is dead-lettered with the reason (except on ``dlq``
-itself, which would loop).
+on ``metrics``. The domain table (``domains``, followed from the start by a
+:class:`topology.domain_follower.DomainFollower`, not the runner) feeds ``labels``: the
+names the dashboard shows instead of domain ids. Undecodable input is dead-lettered with
+the reason (except on ``dlq`` itself, which would loop).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ingest.records import DeadLetter
 from monitor.figures import build_state
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory
+from monitor.labels import DomainLabels
 from monitor.live import LiveState
 from monitor.records import EvalRow
 from router.records import DriftEvent, TrainJob
@@ -55,6 +58,7 @@ class MonitorStage:
         store: Any = None,
         trunk_fingerprint: str | None = None,
         state_dir: str | Path | None = None,
+        labels: DomainLabels | None = None,
     ) -> None:
         self.prefix = prefix
         self.history = history
@@ -65,6 +69,7 @@ class MonitorStage:
         self.fetch = fetch
         self.store = store
         self.trunk_fingerprint = trunk_fingerprint
+        self.labels = labels if labels is not None else DomainLabels(state_dir)
         self.jobs_path = Path(state_dir) / "jobs.json" if state_dir else None
         self.jobs: dict[str, dict] = {}
         if self.jobs_path and self.jobs_path.exists():
@@ -186,7 +191,9 @@ class MonitorStage:
         return {"experts": len(ids), "bytes": size, "quarantined": len(self.store.quarantined())}
 
     def state(self) -> dict[str, Any]:
-        return build_state(self.history, self.live.snapshot(), self.store_info())
+        return build_state(
+            self.history, self.live.snapshot(), self.store_info(), self.labels.snapshot()
+        )
 
 
 def kafka_fetch(conf: dict[str, Any], timeout_s: float = 15.0) -> FetchFn:

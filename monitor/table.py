@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 
 NAMES = {"ours": "experts (ours)", "dense_baseline": "dense fine-tuning (baseline)"}
@@ -20,8 +21,8 @@ def matrix_table(run: dict[str, Any], title: str) -> Table:
     )
     table.add_column("step", justify="right")
     table.add_column("arrived")
-    for domain in run["domains"]:
-        table.add_column(domain, justify="right")
+    for name in run.get("domain_names", run["domains"]):
+        table.add_column(escape(name), justify="right")  # a label is text, not markup
     for i, step in enumerate(run["steps"]):
         cells = []
         for j, ppl in enumerate(run["perplexity"][i]):
@@ -61,13 +62,14 @@ def metrics_table(state: dict[str, Any]) -> Table:
     row("backward transfer (>= 0: nothing lost)", lambda r: _f(r["backward_transfer"][-1]))
     row("forward transfer, average", lambda r: _f(r["forward_transfer_avg"]))
     row("weight changes at the latest step", lambda r: str(len(r["weight_changes"][-1])))
-    row(
-        "re-routed held-out docs (latest step)",
-        lambda r: (
-            ", ".join(f"{d} {100 * v:.0f}%" for d, v in r["routing_changed"][-1].items() if v)
-            or "none"
-        ),
-    )
+
+    def rerouted(run: dict[str, Any]) -> str:
+        names = dict(zip(run["domains"], run.get("domain_names", run["domains"]), strict=True))
+        shares = run["routing_changed"][-1].items()
+        text = ", ".join(f"{names.get(d, d)} {100 * v:.0f}%" for d, v in shares if v)
+        return escape(text) or "none"
+
+    row("re-routed held-out docs (latest step)", rerouted)
     return table
 
 

@@ -19,20 +19,9 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-log = logging.getLogger(__name__)
+from experts.store import SAFETENSORS_DTYPES as _DTYPES
 
-_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
+log = logging.getLogger(__name__)
 
 
 @dataclass

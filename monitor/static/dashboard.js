@@ -23,6 +23,11 @@ function html(tag, attrs, parent, text) {
 function fmt(v, d = 3) { return v === null || v === undefined ? "–" : Number(v).toFixed(d); }
 function fresh(id) { const box = document.getElementById(id); box.replaceChildren(); return box; }
 
+// Domain id -> the name a person reads (the domain table's label), filled by render().
+let DOMAIN_NAMES = {};
+function names(run) { return run.domain_names || run.domains; }
+function dn(id) { return (id && DOMAIN_NAMES[id]) || id; }
+
 // Diverging colour: green (improved) .. pale yellow (0) .. red (forgotten).
 function colour(delta, span) {
   if (delta === null || Number.isNaN(delta)) return "#f3f4f6";
@@ -51,7 +56,7 @@ function drawHeatmap(id, run, span) {
     run.domains.forEach((dom, j) => {
       const x = left + cw * j, y = top + ch * i;
       const rect = el("rect", { x, y, width: cw - 2, height: ch - 2, rx: 3, fill: colour(d[i][j], span), class: "hm-cell" }, g);
-      el("title", {}, rect, `${dom} after step ${step}: loss ${fmt(run.loss[i][j])}, ppl ${fmt(run.perplexity[i][j], 1)}`);
+      el("title", {}, rect, `${names(run)[j]} (${dom}) after step ${step}: loss ${fmt(run.loss[i][j])}, ppl ${fmt(run.perplexity[i][j], 1)}`);
       const strong = d[i][j] !== null && Math.abs(d[i][j]) > 0.6 * span;
       el("text", { x: x + cw / 2 - 1, y: y + ch / 2 + 4, "text-anchor": "middle", "font-size": 11,
                    fill: strong ? "#fff" : "#1f2937" }, g, run.perplexity[i][j] === null ? "–" : fmt(run.perplexity[i][j], 1));
@@ -61,10 +66,10 @@ function drawHeatmap(id, run, span) {
     if (a !== null) el("rect", { x: left + cw * j, y: top + ch * a, width: cw - 2, height: ch - 2, rx: 3,
                                  fill: "none", stroke: "#111827", "stroke-width": 2.5 }, svg);
   });
-  run.domains.forEach((dom, j) => {
+  names(run).forEach((name, j) => {
     const x = left + cw * j + cw / 2, y = top + ch * run.steps.length + 12;
-    el("text", { x, y, "text-anchor": "end", "font-size": 11, fill: "#374151",
-                 transform: `rotate(-30 ${x} ${y})` }, svg, dom);
+    el("text", { x, y, "text-anchor": "end", "font-size": 11, fill: "#374151", class: "hm-domain",
+                 "data-domain": run.domains[j], transform: `rotate(-30 ${x} ${y})` }, svg, name);
   });
 }
 
@@ -114,8 +119,8 @@ function lineChart(box, opts) {
 function drawPerplexity(run) {
   const box = fresh("ppl");
   if (!run) { html("p", { class: "empty" }, box, "no rows yet"); return; }
-  const series = run.domains.map((dom, j) => ({
-    name: dom, color: PALETTE[j % PALETTE.length], points: run.steps.map((s, i) => [s, run.perplexity[i][j]]),
+  const series = names(run).map((name, j) => ({
+    name, color: PALETTE[j % PALETTE.length], points: run.steps.map((s, i) => [s, run.perplexity[i][j]]),
   }));
   const markers = run.steps.map((s, i) => [s, run.experts[i]]).filter(m => m[1]);
   const svg = lineChart(box, { series, xs: run.steps, markers, cls: "ppl-chart", height: 320 });
@@ -166,7 +171,7 @@ function drawTimeline(state) {
       const done = j.state === "finished" ? 1 : (j.total_steps ? j.step / j.total_steps : 0);
       const bar = html("div", { class: "bar" }); html("i", { style: `width:${(100 * done).toFixed(0)}%` }, bar);
       const pill = html("span", { class: `pill ${j.state}` }, null, j.state);
-      return [j.domain_id || "", id.slice(0, 12), pill, bar, fmt(j.loss)];
+      return [dn(j.domain_id) || "", id.slice(0, 12), pill, bar, fmt(j.loss)];
     }));
   }
   if (run) {
@@ -186,14 +191,14 @@ function drawChecks(run) {
   if (changes.length) { const ul = html("ul", {}, box); changes.slice(0, 12).forEach(c => html("li", {}, ul, c)); }
   const share = run.routing_changed[run.routing_changed.length - 1], delta = run.routing_loss_delta[run.routing_loss_delta.length - 1];
   const doms = Object.keys(share);
-  if (doms.length) table(box, ["domain", "re-routed docs", "loss change from re-routing"], doms.map(d => [d, `${(100 * share[d]).toFixed(0)}%`, fmt(delta[d])]));
+  if (doms.length) table(box, ["domain", "re-routed docs", "loss change from re-routing"], doms.map(d => [dn(d), `${(100 * share[d]).toFixed(0)}%`, fmt(delta[d])]));
 }
 
 function drawDrift(live) {
   const box = fresh("drift"), events = (live.drift || []).slice(-12).reverse();
   if (!events.length) { html("p", { class: "empty" }, box, "no drift events"); return; }
   table(box, ["when", "detector", "kind", "domain", "statistics"], events.map(e => [
-    e.created_ms ? new Date(e.created_ms).toLocaleTimeString() : "", e.detector, e.kind, e.domain_id || "–",
+    e.created_ms ? new Date(e.created_ms).toLocaleTimeString() : "", e.detector, e.kind, dn(e.domain_id) || "–",
     Object.entries(e.statistics || {}).map(([k, v]) => `${k}=${fmt(v, 2)}`).join(" ")]));
 }
 
@@ -212,6 +217,8 @@ function drawStream(live, store) {
 
 function render(state) {
   const runs = state.runs;
+  DOMAIN_NAMES = {};
+  Object.values(runs).filter(Boolean).forEach(r => r.domains.forEach((d, j) => { DOMAIN_NAMES[d] = names(r)[j]; }));
   const spans = Object.values(runs).filter(Boolean).flatMap(r => deltas(r).flat().filter(v => v !== null).map(Math.abs));
   const span = Math.max(1e-6, ...spans);
   cards(state);

@@ -65,7 +65,12 @@ def live_state() -> LiveState:
 def server(run_copy: SmallRun) -> Iterator[DashboardServer]:
     live = live_state()
     store = {"experts": 3, "bytes": 1, "quarantined": 0}
-    srv = DashboardServer(lambda: build_state(run_copy.history, live.snapshot(), store), port=0)
+    labels = {"legal": "Court rulings"}  # the domain table's label_hint of one domain
+
+    def state() -> dict:
+        return build_state(run_copy.history, live.snapshot(), store, labels)
+
+    srv = DashboardServer(state, port=0)
     srv.history = run_copy.history  # type: ignore[attr-defined]  # the test adds a row later
     with srv:
         yield srv
@@ -83,6 +88,8 @@ def test_state_json_and_assets(server: DashboardServer) -> None:
     assert state["headline"]["experts"] == 3 and state["headline"]["weight_changes"] == 0
     assert len(state["runs"]["ours"]["loss"]) == 4
     assert len(state["runs"]["dense_baseline"]["loss"]) == 4
+    ours = state["runs"]["ours"]
+    assert ours["domain_names"][ours["domains"].index("legal")] == "Court rulings"
     page = get(server.url)[2].decode()
     assert 'src="dashboard.js"' in page and "http" not in page.split("<body>")[1]  # no CDN
     assert b"api/state" in get(server.url + "dashboard.js")[2]
@@ -131,6 +138,15 @@ def test_dashboard_in_headless_chromium(server: DashboardServer) -> None:
             assert page.inner_text("#drift").count("novelty_rate") == 1
             assert "job-news" in page.inner_text("#timeline")
             assert "no weight changed" in page.inner_text("#checks")
+            # domains are shown by their label where one is known, else by id
+            columns = page.eval_on_selector_all(
+                "#heatmap-ours text.hm-domain", "ns => ns.map(n => n.textContent)"
+            )
+            assert columns == ["Court rulings" if d == "legal" else d for d in ALL_DOMAINS]
+            series = page.eval_on_selector_all(
+                "#ppl path.series", "ns => ns.map(n => n.dataset.name)"
+            )
+            assert "Court rulings" in series and "legal" not in series
             page.screenshot(path=str(ARTIFACTS / "monitor-dashboard.png"), full_page=True)
             # live: a new row on disk shows up at the next poll, without a reload
             last = server.history.rows("ours")[-1]  # type: ignore[attr-defined]

@@ -89,3 +89,22 @@ def test_history_refuses_a_step_out_of_order(tmp_path: Path) -> None:
     h = MatrixHistory(tmp_path)
     with pytest.raises(ValueError, match="next step is 0"):
         h.append(row("ours", 1, {"a": 1.0}))
+
+
+def test_labels_name_the_domains_in_state_and_tables(tmp_path: Path) -> None:
+    """Domain ids mean nothing to a person: the labels head the columns, ids stay the keys."""
+    labels = {"a": "legal", "b": "fiction [austen]"}  # "c" has no label: shown by its id
+    history = history_with_gaps(tmp_path)
+    state = build_state(history, labels=labels)
+    ours = state["runs"]["ours"]
+    assert ours["domains"] == ["a", "b", "c"]
+    assert ours["domain_names"] == ["legal", "fiction [austen]", "c"]
+    assert ours["step_labels"] == ["trunk", "+legal", "+fiction [austen]"]
+    assert state["runs"]["dense_baseline"]["domain_names"] == ["legal", "fiction [austen]", "c"]
+    console = Console(record=True, width=200)
+    console.print(render(state))
+    text = console.export_text()
+    assert "legal" in text and "fiction [austen]" in text  # escaped, not eaten as markup
+    # two domains with one label stay distinguishable
+    same = build_state(history, labels={"a": "news", "b": "news"})
+    assert same["runs"]["ours"]["domain_names"] == ["news (a)", "news (b)", "c"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -121,3 +122,37 @@ def test_monitor_once_evaluate_loads_trunk_and_store(
     [row] = MatrixHistory(tmp_path).rows("ours")
     assert row.step == 0 and sorted(row.loss) == sorted(ALL_DOMAINS)
     assert row.loss == small_run.history.rows("ours")[0].loss  # same trunk, same documents
+
+
+def test_once_and_report_show_the_domain_labels_kept_on_disk(
+    small_run: SmallRun, tmp_path: Path, capsys
+) -> None:
+    """Labels from the domain table persist next to the history; --once and report read them."""
+    from monitor.labels import FILE, DomainLabels
+    from router.records import DomainRecord
+
+    root = tmp_path / "monitor"
+    shutil.copytree(small_run.root / "monitor", root)
+    labels = DomainLabels(root)
+    record = DomainRecord(domain_id="legal", centroid=[1.0], threshold=0.5, size=3, cohesion=0.9)
+    labels.apply(dataclasses.replace(record, label_hint="Court rulings"))
+    labels.apply(dataclasses.replace(record, domain_id="news", label_hint=None))  # no label
+    assert json.loads((root / FILE).read_text()) == {"legal": "Court rulings"}
+    assert DomainLabels(root).snapshot() == {"legal": "Court rulings"}  # after a restart
+
+    assert main(["monitor", "--once", "--state-dir", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "Court rulings" in out and "news" in out
+    assert main(["report", "--state-dir", str(root), "--out", str(tmp_path / "r")]) == 0
+    figures = json.loads((tmp_path / "r" / "figures.json").read_text())
+    ours = figures["runs"]["ours"]
+    names = dict(zip(ours["domains"], ours["domain_names"], strict=True))
+    assert names["legal"] == "Court rulings" and names["news"] == "news"
+    assert "Court rulings" in (tmp_path / "r" / "report.html").read_text()
+
+    (root / FILE).write_text('["not", "an", "object"]')
+    capsys.readouterr()
+    assert main(["report", "--state-dir", str(root), "--out", str(tmp_path / "r2")]) == 2
+    assert "domain_labels.json" in capsys.readouterr().err
+    assert main(["monitor", "--once", "--state-dir", str(root)]) == 2
+    assert "delete it" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from monitor.baseline import DenseBaseline
 from monitor.live import LiveState
 from monitor.records import EvalRow
 from monitor.stage import MonitorStage, kafka_fetch
-from router.records import DriftEvent, TrainJob
+from router.records import DomainRecord, DriftEvent, TrainJob
 from tests.monitor.smallrun import DENSE, SmallRun, corpus_docs, train_expert
 from topology.runner import StageRunner
 from topology.topics import Topics
@@ -299,6 +300,15 @@ def test_worx_monitor_command_follows_the_stream(
             centroid=centroid,
         )
         producer = Producer(kafka_conf)
+        domain = DomainRecord(
+            domain_id="legal",
+            centroid=centroid,
+            threshold=0.5,
+            size=6,
+            cohesion=0.8,
+            label_hint="Court rulings",
+        )
+        producer.produce(topics.domains, domain.to_json(), key="legal")
         producer.produce(topics.experts, reg.to_json(), key="legal-e1")
         assert producer.flush(15) == 0
 
@@ -311,6 +321,18 @@ def test_worx_monitor_command_follows_the_stream(
             text = res.read().decode()
         assert 'worx_eval_steps{run="ours"} 2.0' in text
         assert 'worx_stream_messages_total{topic="experts"} 1.0' in text
+        # the domain table's label names the column (the follower thread may lag the rows)
+        deadline = time.monotonic() + 60
+        while True:
+            with urllib.request.urlopen(url + "api/state", timeout=10) as res:
+                ours = json.loads(res.read())["runs"]["ours"]
+            if "Court rulings" in ours["domain_names"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)  # polling the HTTP API: the follower has no event to await
+        assert ours["domain_names"][ours["domains"].index("legal")] == "Court rulings"
+        assert json.loads((tmp_path / "domain_labels.json").read_text()) == {
+            "legal": "Court rulings"
+        }
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

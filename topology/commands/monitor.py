@@ -16,8 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "domain's held-out set, and a step of the dense fine-tuning baseline), training "
         "progress, drift events, dead letters. Serves a live dashboard and Prometheus "
         "/metrics on 127.0.0.1 unless told otherwise; rows go to <prefix>.metrics and "
-        "<state-dir>/history.json. With --once: print the matrix and the metrics as tables "
-        "and exit (no broker needed).",
+        "<state-dir>/history.json. Domains are shown by the label_hint of the domain table "
+        "(<prefix>.domains, kept in <state-dir>/domain_labels.json), else by id. With "
+        "--once: print the matrix and the metrics as tables and exit (no broker needed).",
     )
     parser.add_argument("--once", action="store_true", help="print the tables and exit")
     parser.add_argument(
@@ -87,6 +88,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from monitor.server import DashboardServer
     from topology.broker import bootstrap
+    from topology.domain_follower import DomainFollower
     from topology.kafka import client_conf
     from topology.runner import StageRunner
     from topology.topics import Topics, ensure_topics
@@ -133,11 +135,16 @@ def _run(args: argparse.Namespace) -> int:
             on_batch=lambda _in, _out: stage.live.save(),
             producer_conf=conf,
         )
-        with DashboardServer(stage.state, host, port, on_evaluate=stage.evaluate_now) as server:
-            print(f"dashboard on {server.url}  metrics on {server.url}metrics", flush=True)
-            log.info("following %s", ", ".join(inputs))
-            try:
-                runner.run(stop)
-            except KeyboardInterrupt:
-                pass
+        # the whole domain table, from the start, outside the group: names for the dashboard
+        follower = DomainFollower(conf, topics.domains, stage.labels.apply).start()
+        try:
+            with DashboardServer(stage.state, host, port, on_evaluate=stage.evaluate_now) as server:
+                print(f"dashboard on {server.url}  metrics on {server.url}metrics", flush=True)
+                log.info("following %s (and %s for names)", ", ".join(inputs), topics.domains)
+                try:
+                    runner.run(stop)
+                except KeyboardInterrupt:
+                    pass
+        finally:
+            follower.stop()
     return 0

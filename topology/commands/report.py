@@ -10,7 +10,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "report",
         help="write report.html, PNG plots and figures.json from the monitor's history",
         description="Read the monitor's history (<state-dir>/history.json) and write, into "
-        "--out: report.html (self-contained: plots embedded), heatmap.png (the evaluation "
+        "--out (domains named by <state-dir>/domain_labels.json where known): "
+        "report.html (self-contained: plots embedded), heatmap.png (the evaluation "
         "matrix, ours beside the dense baseline), perplexity.png (per domain over time, "
         "expert arrivals marked), forgetting.png (ours vs dense), timeline.png (experts "
         "and training) and figures.json (every number the plots show).",
@@ -26,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     from monitor.figures import build_state
     from monitor.history import MatrixHistory
+    from monitor.labels import load_labels
     from monitor.live import LiveState
     from monitor.report import write_report
     from monitor.service import state_dir
@@ -40,7 +42,12 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     live = LiveState(root / "live.json").snapshot() if (root / "live.json").exists() else {}
-    state = build_state(MatrixHistory(root), live)
+    try:
+        labels = load_labels(root)  # domain id -> name, kept by `worx monitor`
+    except ValueError as exc:
+        print(f"worx report: {exc}", file=sys.stderr)
+        return 2
+    state = build_state(MatrixHistory(root), live, labels=labels)
     out = Path(args.out) if args.out else root / "report"
     for name, path in write_report(state, out).items():
         print(f"{name}\t{path}")
