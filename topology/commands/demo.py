@@ -16,7 +16,7 @@ DEMO_STAGE_DEFAULTS = {
     "WORX_TRAINER__EVAL_EVERY": "10",
     "WORX_MONITOR__BASELINE_STEPS": "30",
 }
-QUICK = {"new_domains": ("python_code", "legal"), "per_domain": 300, "mixture_docs": 100}
+QUICK = {"new_domains": ("legal", "scripture"), "per_domain": 300, "mixture_docs": 100}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
