@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from topology.config import KafkaConfig
+from worx.stage import Message
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +78,33 @@ def produce(
         except BufferError:
             producer.poll(0.1)
     producer.poll(0)
+
+
+def carries_record(msg: Any) -> bool:
+    """Triage a consumed message: True if it carries a record; False for the end of a
+    partition and for transient errors (logged).
+
+    Raises:
+        KafkaException: the consumer hit a fatal error; it cannot go on.
+    """
+    error = msg.error()
+    if error is None:
+        return True
+    if error.code() == KafkaError._PARTITION_EOF:
+        return False
+    if error.fatal():
+        raise KafkaException(error)
+    log.warning("consumer error: %s", error)
+    return False
+
+
+def to_message(msg: Any) -> Message:
+    """The stage-facing view of a consumed confluent-kafka message (bytes untouched)."""
+    return Message(
+        value=msg.value(),
+        key=msg.key(),
+        topic=msg.topic(),
+        partition=msg.partition(),
+        offset=msg.offset(),
+        timestamp_ms=msg.timestamp()[1],
+    )

@@ -13,10 +13,17 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from ingest.records import DeadLetter
-from topology.kafka import DeliveryTracker, make_consumer, make_producer, produce
+from topology.kafka import (
+    DeliveryTracker,
+    carries_record,
+    make_consumer,
+    make_producer,
+    produce,
+    to_message,
+)
 from topology.topics import Topics
 from worx.records import RecordError
 from worx.stage import Emit, Message, Stage
@@ -106,22 +113,9 @@ class StageRunner:
         good = []
         out = 0
         for msg in batch:
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                if msg.error().fatal():
-                    raise KafkaException(msg.error())
-                log.warning("consumer error: %s", msg.error())
+            if not carries_record(msg):
                 continue
-            message = Message(
-                value=msg.value(),
-                key=msg.key(),
-                topic=msg.topic(),
-                partition=msg.partition(),
-                offset=msg.offset(),
-                timestamp_ms=msg.timestamp()[1],
-            )
-            for emit in apply_stage(self.stage, message, self.stage_name):
+            for emit in apply_stage(self.stage, to_message(msg), self.stage_name):
                 produce(
                     self.producer,
                     self.topics.name(emit.topic),

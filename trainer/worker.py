@@ -26,14 +26,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from experts.expert import Expert, ExpertConfigError
 from experts.store import ExpertRefused, ExpertStore
 from experts.trunk import Trunk
 from ingest.records import DeadLetter
 from router.records import TrainJob
-from topology.kafka import DeliveryTracker, make_consumer, make_producer, produce
+from topology.kafka import (
+    DeliveryTracker,
+    carries_record,
+    make_consumer,
+    make_producer,
+    produce,
+    to_message,
+)
 from topology.topics import Topics
 from trainer.checkpoint import clear_checkpoints
 from trainer.config import TrainerConfig
@@ -43,7 +50,6 @@ from trainer.records import TrainStatus
 from worx.atomic import atomic_write_json
 from worx.ids import UnsafeIdError, content_hash, validate_id
 from worx.records import Record, RecordError
-from worx.stage import Message
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +134,7 @@ class TrainWorker:
                     if idle_timeout_s is not None and time.monotonic() - last > idle_timeout_s:
                         break
                     continue
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    if msg.error().fatal():
-                        raise KafkaException(msg.error())
-                    log.warning("consumer error: %s", msg.error())
+                if not carries_record(msg):
                     continue
                 state = self.handle_message(msg, stop)
                 if state == "interrupted":
@@ -153,14 +154,8 @@ class TrainWorker:
         try:
             job = TrainJob.from_json(msg.value() or b"", strict=False)
         except RecordError as exc:
-            message = Message(
-                value=msg.value(),
-                key=msg.key(),
-                topic=msg.topic(),
-                partition=msg.partition(),
-                offset=msg.offset(),
-            )
-            self._send("dlq", None, DeadLetter.of(message, exc.reason, str(exc), "trainer"))
+            letter = DeadLetter.of(to_message(msg), exc.reason, str(exc), "trainer")
+            self._send("dlq", None, letter)
             self._flush()
             return "dead_letter"
         return self.handle(job, stop)

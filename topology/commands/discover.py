@@ -112,12 +112,11 @@ class DiscoverRunner:
 
     # ---------------------------------------------------------------- loop
     def run(self, stop: threading.Event | None = None, idle_timeout_s: float | None = None) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         from topology.domain_follower import DomainFollower
-        from topology.kafka import make_consumer
+        from topology.kafka import carries_record, make_consumer, to_message
         from topology.runner import apply_stage
-        from worx.stage import Message
 
         stop = stop or threading.Event()
         self.recover()
@@ -141,17 +140,9 @@ class DiscoverRunner:
                 outbox: list[dict[str, Any]] = []
                 handled = 0
                 for msg in batch:
-                    if msg.error():
-                        if msg.error().code() == KafkaError._PARTITION_EOF:
-                            continue
-                        if msg.error().fatal():
-                            raise KafkaException(msg.error())
-                        log.warning("consumer error: %s", msg.error())
+                    if not carries_record(msg):
                         continue
-                    message = Message(value=msg.value(), key=msg.key(), topic=msg.topic(),
-                                      partition=msg.partition(), offset=msg.offset(),
-                                      timestamp_ms=msg.timestamp()[1])
-                    emits = apply_stage(self.stage, message, "discover")
+                    emits = apply_stage(self.stage, to_message(msg), "discover")
                     if any(e.topic == "dlq" for e in emits):
                         # the stage did not see it: cover its offset all the same
                         key = f"{msg.topic()}:{msg.partition()}"
