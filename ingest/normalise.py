@@ -10,8 +10,6 @@ keeps its shape without having to recognise a language:
   closes it) are kept verbatim, except trailing whitespace;
 - on any other line, runs of whitespace (tabs, no-break and other Unicode spaces) become
   one ASCII space, and trailing whitespace goes;
-- in an indented line a no-break or other Unicode space may become an ASCII space
-  (the fast path converts them all before it collapses runs);
 - more than one blank line in a row becomes one blank line; blank lines at the start and
   end of the document go.
 
@@ -23,6 +21,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
+
+try:  # optional C speed-up (built at install where a C compiler exists); the same rules
+    from ingest import _normalise_speedups as _speedups
+except ImportError:  # pragma: no cover - the pure-Python functions below do the same
+    _speedups = None
 
 # C0 and C1 controls and DEL, except tab and newline (carriage returns are converted
 # first); U+FEFF (byte order mark / zero-width no-break space) is dropped too.
@@ -37,8 +40,6 @@ _RUN = re.compile("  +")
 # the same, but only after a non-space character (not indentation): a fixed-width
 # lookbehind after the literal keeps the fast scan
 _INNER_RUN = re.compile(r"  (?<=\S  ) *")
-# every Unicode space other than the ASCII space, tab and line breaks (str.isspace)
-_ODD_SPACE = re.compile("[\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -60,28 +61,51 @@ def normalise_text(text: str) -> str:
         'def f():\\n    return  1'
     """
     if text.isascii():  # fast path (most documents): no surrogates, already NFC
-        if "\r" in text:
-            text = _LINE_BREAK.sub("\n", text)
-        raw = text.encode("ascii")
-        if len(raw.translate(None, _CONTROL_BYTES)) != len(raw):
-            text = _CONTROL.sub("", text)
-        return _collapse_whitespace(text)
-    if _SURROGATE.search(text):
+        if _speedups is not None:
+            return _speedups.normalise_ascii(text)
+        return normalise_ascii(text)
+    cleaned = clean_unicode(text) if _speedups is None else _speedups.clean_unicode(text)
+    if cleaned is None:
         raise InvalidUnicode("text contains lone UTF-16 surrogates (invalid Unicode)")
-    if "\r" in text or "\u2028" in text or "\u2029" in text or "\x85" in text:
-        text = _LINE_BREAK.sub("\n", text)
-    text = _CONTROL.sub("", text)
+    text = cleaned
     if not unicodedata.is_normalized("NFC", text):
         text = unicodedata.normalize("NFC", text)
-    return _collapse_whitespace(text)
+    if _speedups is not None:
+        return _speedups.collapse_whitespace(text)
+    return collapse_whitespace(text)
 
 
-def _collapse_whitespace(text: str) -> str:
+def clean_unicode(text: str) -> str | None:
+    """Line breaks to ``\\n`` and control characters removed; None if ``text`` holds lone
+    surrogates (the C speed-up's function of the same name does the same)."""
+    if _SURROGATE.search(text):
+        return None
+    if "\r" in text or "\u2028" in text or "\u2029" in text or "\x85" in text:
+        text = _LINE_BREAK.sub("\n", text)
+    return _CONTROL.sub("", text)
+
+
+def normalise_ascii(text: str) -> str:
+    """The pure-Python ASCII path of :func:`normalise_text` (``text`` must be ASCII).
+
+    ``ingest/_normalise_speedups.c`` implements the same rules in C (as it does those of
+    :func:`collapse_whitespace`); the tests compare the two on random and real text.
+    """
+    if "\r" in text:
+        text = _LINE_BREAK.sub("\n", text)
+    raw = text.encode("ascii")
+    if len(raw.translate(None, _CONTROL_BYTES)) != len(raw):
+        text = _CONTROL.sub("", text)
+    return collapse_whitespace(text)
+
+
+def collapse_whitespace(text: str) -> str:
+    """The whitespace rules of the module docstring, for text without control characters
+    and with ``\\n`` line breaks only (:func:`clean_unicode` or :func:`normalise_ascii` did
+    that)."""
     # (one-character searches first: they run at memchr speed, substring searches do not)
     fenced = ("`" in text and "```" in text) or ("~" in text and "~~~" in text)
-    if "\t" not in text and not fenced:
-        if not text.isascii():
-            text = _ODD_SPACE.sub(" ", text)  # no-break and other Unicode spaces
+    if "\t" not in text and not fenced and text.isascii():
         text = _collapse_spaces(text)
     else:
         text = _collapse_lines(text)
@@ -91,7 +115,7 @@ def _collapse_whitespace(text: str) -> str:
 
 
 def _collapse_spaces(text: str) -> str:
-    """Fast path (most documents): no tabs, no fences, only ASCII spaces; no line loop."""
+    """Fast path (ASCII, no tabs, no fences): the line rules without a line loop."""
     if "  " in text and "\n " not in text and not text.startswith(" "):
         text = _RUN.sub(" ", text)  # no indented line: every run goes, in one C call
     elif "  " in text:

@@ -63,8 +63,10 @@ def read_corpus(directory: str | Path | None = None) -> dict[str, list[LabelledD
     root = Path(directory) if directory is not None else BUNDLED_CORPUS
     files = sorted(p for p in root.glob("*.jsonl*") if p.name.endswith((".jsonl", ".jsonl.gz")))
     if not files:
-        raise CorpusError(f"{root} holds no *.jsonl or *.jsonl.gz files; point at a corpus "
-                          "directory (one JSON object with a 'text' field per line)")
+        raise CorpusError(
+            f"{root} holds no *.jsonl or *.jsonl.gz files; point at a corpus "
+            "directory (one JSON object with a 'text' field per line)"
+        )
     domains: dict[str, list[LabelledDoc]] = {}
     seen: set[str] = set()
     for path in files:
@@ -163,7 +165,10 @@ class Scenario:
             yield doc
 
     def interleaved(
-        self, domains: Sequence[str] | None = None, block: int = 50, per_domain: int | None = None,
+        self,
+        domains: Sequence[str] | None = None,
+        block: int = 50,
+        per_domain: int | None = None,
         seed: int = 0,
     ) -> Iterator[LabelledDoc]:
         """Round-robin blocks of ``block`` documents from each domain until all run out."""

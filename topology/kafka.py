@@ -101,10 +101,5 @@ def carries_record(msg: Any) -> bool:
 def to_message(msg: Any) -> Message:
     """The stage-facing view of a consumed confluent-kafka message (bytes untouched)."""
     return Message(
-        value=msg.value(),
-        key=msg.key(),
-        topic=msg.topic(),
-        partition=msg.partition(),
-        offset=msg.offset(),
-        timestamp_ms=msg.timestamp()[1],
+        msg.value(), msg.key(), msg.topic(), msg.partition(), msg.offset(), msg.timestamp()[1]
     )

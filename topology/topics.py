@@ -41,11 +41,14 @@ class Topics:
 
     def __init__(self, prefix: str = "worx") -> None:
         self.prefix = prefix
+        # resolved once: the stage runner asks for a name per emitted record
+        self._names = {spec.suffix: f"{prefix}.{spec.suffix}" for spec in TOPICS}
 
     def name(self, suffix: str) -> str:
-        if suffix not in {spec.suffix for spec in TOPICS}:
-            raise KeyError(f"no topic {suffix!r} is declared in topology.topics.TOPICS")
-        return f"{self.prefix}.{suffix}"
+        try:
+            return self._names[suffix]
+        except KeyError:
+            raise KeyError(f"no topic {suffix!r} is declared in topology.topics.TOPICS") from None
 
     @property
     def docs(self) -> str:

@@ -188,12 +188,12 @@ def test_fast_ascii_path_equals_the_line_by_line_path():
     import random
     import re
 
-    from ingest.normalise import _collapse_lines, _collapse_whitespace
+    from ingest.normalise import _collapse_lines, collapse_whitespace
 
     rng = random.Random(1)
     pieces = ["a", "b", " ", "  ", "\t", "\n", " \t", "\n\n\n", "x\n  y"]
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 40)))
         slow = re.sub(r"\n{3,}", "\n\n", _collapse_lines(text)).strip("\n")
-        assert _collapse_whitespace(text) == slow, repr(text)
+        assert collapse_whitespace(text) == slow, repr(text)
     assert normalise_text("a\x01b\x7f c\r\nd") == "ab c\nd"
