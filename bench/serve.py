@@ -11,9 +11,10 @@ Prints ONE JSON line; each figure of ours sits beside its baseline measured in t
 * ``top1_over_trunk``, ``top2_over_trunk``: forward latency of the mixture with one / two
   experts per sequence over the trunk alone (a separately loaded copy with no hooks),
   same batch (targets <= 1.15 and <= 1.3).
-* ``gate_us_10/100/1000``: gate time per document with that many registered experts (the
-  embedding is computed once, ``embed_us`` reports it); ``gate_loop_us_1000``: a plain
-  Python loop over the experts, the naive baseline.
+* ``gate_us_10/100/1000``: gate time per document with that many domains in the domain
+  table, one expert each (domain decision, then that domain's experts; the embedding is
+  computed once, ``embed_us`` reports it); ``gate_loop_us_1000``: a plain Python loop over
+  the domains, the naive baseline.
 * ``rss_mb_1000``: resident memory of a serving process after requests have used each of
   1,000 stored experts under a fixed LRU budget ``lru_budget_mb``; ``rss_mb_before``: the
   same process before any expert was loaded; ``no_lru_mb``: the bytes of all experts
@@ -101,17 +102,35 @@ def _centroid(embedder, domain: str) -> list[float]:
     return (c / np.linalg.norm(c)).tolist()
 
 
-def _routable_texts(embedder, domains: list[str], chars: int = 400) -> dict[str, str]:
-    """Per domain, a held-out text (~100 tokens) that the gate routes to that domain."""
-    from router.gate import CentroidIndex, Gate
+def _domain_table(embedder, domains: list[str]):
+    """The domain table discover would promote: each domain's centroid and thresholds by the
+    router's rule (router/discover.py), from 80 of its documents."""
+    from router.config import RouterConfig
+    from router.records import DomainRecord
+    from router.table import DomainTable
 
-    index = CentroidIndex(domains, [_centroid(embedder, d) for d in domains])
-    gate = Gate(top_k=1, min_similarity=0.05)
+    config = RouterConfig()
+    table = DomainTable()
+    for domain in domains:
+        vectors = embedder.embed(_domain_docs(domain, 80))  # (80, dim)
+        centroid = vectors.mean(axis=0)
+        centroid /= np.linalg.norm(centroid)
+        sims = (vectors @ centroid).astype(np.float64)  # (80,)
+        threshold = min(
+            float(np.quantile(sims, config.threshold_quantile)),
+            float(sims.mean() - config.threshold_std * sims.std()),
+        )
+        table.apply(DomainRecord(domain, centroid.tolist(), threshold, 80, float(sims.mean())))
+    return table
+
+
+def _routable_texts(embedder, table, domains: list[str], chars: int = 400) -> dict[str, str]:
+    """Per domain, a held-out text (~100 tokens) that the domain table gives that domain."""
     out = {}
     for domain in domains:
         for text in _domain_docs(domain, 40, skip=60):
             text = text[:chars]
-            if gate.route(embedder.embed([text])[0], index) == {domain: 1.0}:
+            if table.decide(embedder.embed([text])[0])[0] == domain:
                 out[domain] = text
                 break
         else:
@@ -154,7 +173,9 @@ def bench_forward(trunk: Trunk, trunk_dir: Path, reps: int) -> dict:
 
 # ---------------------------------------------------------------------- gate
 def bench_gate(embedder) -> dict:
-    from router.gate import CentroidIndex, Gate
+    from router.gate import DomainExperts, Gate, GateExpert
+    from router.records import DomainRecord
+    from router.table import DomainTable
 
     docs = [d for domain in DOMAINS for d in _domain_docs(domain, 20, skip=50)]
     start = time.perf_counter()
@@ -164,17 +185,22 @@ def bench_gate(embedder) -> dict:
     rng = np.random.default_rng(0)
     out = {"embed_us": round(embed_us, 2)}
     for count in (10, 100, 1000):
-        index = CentroidIndex(
-            [f"e{i:04d}" for i in range(count)], rng.normal(size=(count, embedder.dim))
+        centroids = rng.normal(size=(count, embedder.dim))
+        centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
+        table = DomainTable()
+        for i, c in enumerate(centroids):
+            table.apply(DomainRecord(f"d{i:04d}", c.tolist(), -1.0, 10, 0.5))  # all routable
+        experts = DomainExperts(
+            GateExpert(f"e{i:04d}", f"d{i:04d}", c.tolist()) for i, c in enumerate(centroids)
         )
         for v in vectors[:5]:
-            gate.route(v, index)
+            gate.route(v, table, experts)
         start = time.perf_counter()
         for v in vectors:
-            gate.route(v, index)
+            gate.route(v, table, experts)
         out[f"gate_us_{count}"] = round((time.perf_counter() - start) / len(vectors) * 1e6, 2)
-        if count == 1000:  # naive baseline: one cosine per expert in Python
-            rows = [(i, r) for i, r in zip(index.ids, index.matrix, strict=True)]
+        if count == 1000:  # naive baseline: one cosine per domain in Python
+            rows = [(f"d{i:04d}", r) for i, r in enumerate(centroids.astype(np.float32))]
             start = time.perf_counter()
             for v in vectors[:20]:
                 best = sorted(((float(np.dot(v, r)), i) for i, r in rows), reverse=True)[:2]
@@ -219,7 +245,7 @@ def bench_serving(trunk: Trunk, tmp: Path, args: argparse.Namespace, embedder) -
 
     Phase A registers one ~10M-parameter expert per domain ("old-<domain>"). Phase B (steady)
     serves requests routed to them. Phase C registers a second expert per domain with the
-    same centroid ("new-<domain>", which wins the tie by id) while requests keep flowing:
+    same centroid ("new-<domain>", the newer, which wins the tie) while requests keep flowing:
     every request runs one 10M expert in B and in C, so only the registrations differ.
     """
     from confluent_kafka import Producer
@@ -245,8 +271,9 @@ def bench_serving(trunk: Trunk, tmp: Path, args: argparse.Namespace, embedder) -
             manifests[phase].append(store.put(f"{phase}-{domain}", expert, domain, centroid))
     # a fresh store handle: nothing cached, the server verifies and loads on registration
     store = ExpertStore(root, trunk.fingerprint, lru_budget_bytes=2 << 30)
-    server = ExpertServer(trunk, store, embedder, Gate(top_k=1, min_similarity=0.05))
-    texts = _routable_texts(embedder, domains)
+    table = _domain_table(embedder, domains)
+    server = ExpertServer(trunk, store, embedder, Gate(top_k=1), table)
+    texts = _routable_texts(embedder, table, domains)
     seen_at: dict[str, float] = {}
     topic = Topics("bench").experts
     with EmbeddedBroker() as broker:

@@ -13,9 +13,10 @@ class ExpertsConfig:
     trunk_dtype: str = "float32"  # dtype the trunk is loaded in for serving (one of DTYPES)
     store_dir: str = ""  # expert store root; empty: <data_dir>/experts
     lru_budget_mb: int = 512  # bytes of loaded experts kept in memory (LRU beyond it)
-    gate_top_k: int = 1  # experts mixed per document at serving time
+    # the gate decides a document's domain by the domain table (route stage's rule and
+    # per-domain thresholds), then mixes only that domain's experts:
+    gate_top_k: int = 1  # most experts of the document's domain mixed (newest wins ties)
     gate_temperature: float = 0.1  # softmax temperature over the chosen experts' similarities
-    gate_min_similarity: float = 0.05  # below this cosine similarity: trunk only
     serve_host: str = "127.0.0.1"  # HTTP API address (loopback unless you mean to expose it)
     serve_port: int = 8080  # HTTP API port (0: any free port, printed at start)
     max_tokens: int = 1024  # longest text scored (tokens beyond are cut, and reported)
@@ -28,8 +29,6 @@ class ExpertsConfig:
             raise ValueError("experts.lru_budget_mb must be >= 1")
         if self.gate_top_k < 1 or self.gate_temperature <= 0:
             raise ValueError("experts.gate_top_k must be >= 1 and experts.gate_temperature > 0")
-        if not -1.0 <= self.gate_min_similarity <= 1.0:
-            raise ValueError("experts.gate_min_similarity must be in [-1, 1]")
         if not 0 <= self.serve_port <= 65535:
             raise ValueError(f"experts.serve_port {self.serve_port} is not a port number")
         if self.max_tokens < 2 or self.max_new_tokens < 1:

@@ -8,6 +8,11 @@ keeps the table it started with. Nothing in a registration can fail a request: a
 expert is reported (``refusals``) and never enters a table. If an expert that was
 registered fails its re-verification on a later load (the file changed on disk), it is
 quarantined, dropped from the table, and the request is served again without it.
+
+Routing goes through the domain table (``worx.domains``, followed into :attr:`domains`):
+a request's text gets its domain by the route stage's rule, and only that domain's
+experts can serve it (:class:`router.gate.Gate`). An expert whose domain the server does
+not know (yet) is served to nobody by the gate; ``/health`` lists it.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from experts.records import ExpertRegistration
 from experts.store import ExpertRefused, ExpertStore
 from experts.table import ExpertTable
 from experts.trunk import Trunk
-from router.gate import Gate
+from router.gate import Gate, GateDecision
+from router.table import DomainTable
 from worx.ids import UnsafeIdError, validate_id
 
 log = logging.getLogger(__name__)
@@ -70,7 +76,11 @@ class ExpertServer:
     embedder : object with ``embed(list[str]) -> (N, dim)``
         The router's embedder (the same the stream uses), for the gate.
     gate : Gate
-        Turns a document embedding into expert weights.
+        Turns a document embedding into expert weights, through ``domains``.
+    domains : DomainTable, optional
+        The domain table the gate decides by (the caller feeds it from ``worx.domains``,
+        e.g. with :class:`topology.domain_follower.DomainFollower`); a new empty one if
+        None: every text is then served by the trunk alone until domains arrive.
     max_tokens, max_new_tokens : int
         Longest scored text (longer ones are cut, and say so) and generation bound.
     """
@@ -81,6 +91,7 @@ class ExpertServer:
         store: ExpertStore,
         embedder: Any,
         gate: Gate,
+        domains: DomainTable | None = None,
         max_tokens: int = 1024,
         max_new_tokens: int = 128,
     ) -> None:
@@ -90,6 +101,7 @@ class ExpertServer:
         self.store = store
         self.embedder = embedder
         self.gate = gate
+        self.domains = domains if domains is not None else DomainTable()
         config = trunk.model.config
         positions = getattr(config, "max_position_embeddings", None) or getattr(
             config, "n_positions", None
@@ -239,9 +251,26 @@ class ExpertServer:
         return RegisterOutcome(expert_id, status, self._table.version, elapsed, refusal)
 
     # ------------------------------------------------------------------ requests
-    def route(self, text: str, table: ExpertTable) -> dict[str, float]:
+    def route(self, text: str, table: ExpertTable) -> GateDecision:
+        """The gate's decision for ``text``: its domain and the experts of ``table`` it gets."""
         embedding = np.asarray(self.embedder.embed([text]))[0]  # (dim,)
-        return self.gate.route(embedding, table.index)
+        return self.gate.decide(embedding, self.domains, table.by_domain)
+
+    def _weights(
+        self, text: str, table: ExpertTable, expert_weights: dict[str, float] | None
+    ) -> tuple[dict[str, float], dict[str, Any]]:
+        """The weights to serve ``text`` with, and what the answer says about the routing."""
+        if expert_weights is not None:
+            unknown = sorted(set(expert_weights) - set(table))
+            if unknown:
+                raise RequestError(f"unknown expert(s) {unknown}; GET /experts lists them")
+            return expert_weights, {"routed_by": "request"}
+        decision = self.route(text, table)
+        return decision.weights, {
+            "routed_by": "gate",
+            "domain": decision.domain_id,
+            "domain_version": decision.domain_version,
+        }
 
     def _encode(self, text: str, limit: int, keep_tail: bool = False) -> tuple[torch.Tensor, bool]:
         """``(1, T)`` token ids of ``text``, at most ``limit`` (the head, or the tail)."""
@@ -281,10 +310,7 @@ class ExpertServer:
             raise RequestError("'text' must be at least two tokens long to be scored")
 
         def work(table: ExpertTable) -> dict[str, Any]:
-            weights = self.route(text, table) if expert_weights is None else expert_weights
-            unknown = sorted(set(weights) - set(table))
-            if unknown:
-                raise RequestError(f"unknown expert(s) {unknown}; GET /experts lists them")
+            weights, routing = self._weights(text, table, expert_weights)
             with torch.no_grad():
                 losses, _ = Mixture(self.trunk, table).token_losses(input_ids, None, [weights])
             token_losses = [float(v) for v in losses[0]]
@@ -292,6 +318,7 @@ class ExpertServer:
             tokens = self.trunk.tokenizer.convert_ids_to_tokens(input_ids[0].tolist())
             return {
                 "experts": weights,
+                **routing,
                 "table_version": table.version,
                 "tokens": tokens[1:],
                 "token_losses": token_losses,
@@ -314,10 +341,7 @@ class ExpertServer:
         tokenizer = self.trunk.tokenizer
 
         def work(table: ExpertTable) -> dict[str, Any]:
-            weights = self.route(text, table) if expert_weights is None else expert_weights
-            unknown = sorted(set(weights) - set(table))
-            if unknown:
-                raise RequestError(f"unknown expert(s) {unknown}; GET /experts lists them")
+            weights, routing = self._weights(text, table, expert_weights)
             mixture = Mixture(self.trunk, table)
             with torch.no_grad(), mixture.routing([weights]):
                 out = self.trunk.model.generate(
@@ -330,6 +354,7 @@ class ExpertServer:
             new = out[0, input_ids.shape[1] :].tolist()
             return {
                 "experts": weights,
+                **routing,
                 "table_version": table.version,
                 "continuation": tokenizer.decode(new, skip_special_tokens=True),
                 "new_tokens": len(new),
@@ -339,6 +364,10 @@ class ExpertServer:
         return self._with_table(work)
 
     # ------------------------------------------------------------------ introspection
+    def _routable(self, domain_id: str) -> bool:
+        row = self.domains.get(domain_id)
+        return row is not None and row.status == "active"
+
     def experts(self) -> list[dict[str, Any]]:
         return [m.public() for m in self._table.manifests.values()]
 
@@ -350,6 +379,12 @@ class ExpertServer:
             "trunk_family": self.trunk.family,
             "experts": len(table),
             "table_version": table.version,
+            "domains": len(self.domains),
+            "domain_version": self.domains.version,
+            # experts the gate cannot reach: their domain is not an active row of the table
+            "experts_without_domain": sorted(
+                e for e, m in table.manifests.items() if not self._routable(m.domain_id)
+            ),
             "requests": self.requests,
             "failed_requests": self.failed_requests,
             "refusals": list(self.refusals)[-20:],
@@ -385,7 +420,11 @@ def resolve_paths(
 def server_from_config(
     config: Any, trunk_dir: str | None = None, store_dir: str | None = None
 ) -> ExpertServer:
-    """Load the trunk, open the store, build embedder and gate as ``config`` says."""
+    """Load the trunk, open the store, build embedder and gate as ``config`` says.
+
+    The server's domain table starts empty: the caller follows ``worx.domains`` into
+    ``server.domains`` (``worx serve`` does).
+    """
     from experts.trunk import load_trunk
     from router.embed import default_embedder
 
@@ -393,7 +432,7 @@ def server_from_config(
     trunk_path, store_path = resolve_paths(config, trunk_dir, store_dir)
     trunk = load_trunk(trunk_path, dtype=getattr(torch, section.trunk_dtype))
     store = ExpertStore(store_path, trunk.fingerprint, lru_budget_bytes=section.lru_budget_mb << 20)
-    gate = Gate(section.gate_top_k, section.gate_temperature, section.gate_min_similarity)
+    gate = Gate(section.gate_top_k, section.gate_temperature)
     return ExpertServer(
         trunk,
         store,

@@ -1,10 +1,11 @@
 """The immutable expert table a serving request runs against.
 
 A table is never changed: registering an expert builds a new table (one more manifest, a
-new centroid index, ``version + 1``) and the server swaps its reference in one assignment.
-A request takes the reference once, at its start, and uses that table to the end, so a
-registration can never change a request in flight. Experts themselves are resolved lazily
-through ``loader`` (the store's verified, LRU-cached ``get``).
+new :class:`router.gate.DomainExperts`, ``version + 1``) and the server swaps its
+reference in one assignment. A request takes the reference once, at its start, and uses
+that table to the end, so a registration can never change a request in flight. Experts
+themselves are resolved lazily through ``loader`` (the store's verified, LRU-cached
+``get``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from types import MappingProxyType
 
 from experts.expert import Expert
 from experts.manifest import Manifest
-from router.gate import CentroidIndex
+from router.gate import DomainExperts
 
 
 class ExpertTable(Mapping[str, Expert]):
@@ -39,9 +40,7 @@ class ExpertTable(Mapping[str, Expert]):
         self.manifests: Mapping[str, Manifest] = MappingProxyType(dict(sorted(manifests.items())))
         self.loader = loader
         self.version = version
-        self.index = CentroidIndex(
-            list(self.manifests), [m.centroid for m in self.manifests.values()]
-        )
+        self.by_domain = DomainExperts.from_manifests(self.manifests.values())
 
     def __getitem__(self, expert_id: str) -> Expert:
         if expert_id not in self.manifests:

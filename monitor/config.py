@@ -20,6 +20,7 @@ class MonitorConfig:
     baseline_lr: float = 3e-4  # dense peak learning rate
     group_id: str = "worx-monitor"  # consumer group of the monitor
     fetch_timeout_s: float = 15.0  # wait this long for a job's held-out documents
+    domains_wait_s: float = 30.0  # a registration waits this long for its domain's row
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
@@ -29,5 +30,7 @@ class MonitorConfig:
                 "monitor.heldout_per_domain and monitor.batch_size must be >= 1, "
                 "monitor.max_tokens >= 2"
             )
+        if self.domains_wait_s < 0:
+            raise ValueError(f"monitor.domains_wait_s must be >= 0, got {self.domains_wait_s}")
         if self.baseline_steps < 1 or self.baseline_lr <= 0:
             raise ValueError("monitor.baseline_steps must be >= 1 and monitor.baseline_lr > 0")

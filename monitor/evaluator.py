@@ -2,14 +2,18 @@
 
 Row ``i`` is the serving mixture after the ``i``-th registration evaluated on every
 domain's held-out set (row 0: the trunk alone). Each document is routed exactly as the
-server would route it with the experts of that step (the gate over their centroids), and
-its mean token loss is measured. Before evaluating, every tensor of the trunk and of every
-expert of the step is re-hashed, in memory and on disk, and the store is asked for each
-earlier expert again: any change, or a refusal by the store, is weight forgetting.
+server routes it with the experts of that step: its domain by the domain table (the
+``worx.domains`` the server follows too), then only that domain's experts, or the trunk
+alone (:class:`router.gate.Gate`); its mean token loss is measured. Before evaluating,
+every tensor of the trunk and of every expert of the step is re-hashed, in memory and on
+disk, and the store is asked for each earlier expert again: any change, or a refusal by
+the store, is weight forgetting.
 
 Experts are write-once, so the mixture of any earlier step can be rebuilt exactly: when a
 domain's held-out set is new or has changed, its whole column is re-evaluated (back-filled)
 so that every column compares the same documents across steps and the matrix stays full.
+A back-filled or re-evaluated row uses the domain table as it is now (the table's history
+is not kept): it answers "what would this step's experts give under today's domains".
 """
 
 from __future__ import annotations
@@ -17,15 +21,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory, perplexity
 from monitor.metrics import routing_change, summarise
 from monitor.records import EvalRow
+from monitor.routing import experts_from_history
 from monitor.scoring import score_texts
 from monitor.weights import WeightWatch, expert_weight_file, hash_module, hash_safetensors
+from router.gate import DomainExperts
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +38,7 @@ log = logging.getLogger(__name__)
 class Router(Protocol):
     """Routes held-out texts the way the server does: ``{expert_id: weight}`` per text."""
 
-    def route(
-        self, texts: list[str], centroids: Mapping[str, list[float]]
-    ) -> list[dict[str, float]]: ...
+    def route(self, texts: list[str], experts: DomainExperts) -> list[dict[str, float]]: ...
 
 
 class Evaluator:
@@ -55,6 +58,10 @@ class Evaluator:
         Tokens scored per document (its first ``max_tokens``), documents per forward.
     backfill
         Re-evaluate earlier rows for a domain whose held-out set is new or changed.
+    domains_wait_s
+        How long a registration waits for its domain's row in the router's domain table
+        (the table is followed on another thread; without the row the expert would be
+        evaluated as unreachable, which the server would not do once it has the row).
     """
 
     def __init__(
@@ -67,6 +74,7 @@ class Evaluator:
         max_tokens: int = 128,
         batch_size: int = 8,
         backfill: bool = True,
+        domains_wait_s: float = 30.0,
     ) -> None:
         from experts.mixture import Mixture
 
@@ -78,6 +86,7 @@ class Evaluator:
         self.max_tokens = max_tokens
         self.batch_size = batch_size
         self.backfill = backfill
+        self.domains_wait_s = domains_wait_s
         self.loaded: dict[str, Any] = {}  # expert_id -> Expert, what the mixture serves
         self.mixture = Mixture(trunk, self.loaded)
         self.watch = WeightWatch(history.data["tensor_hashes"])
@@ -85,9 +94,20 @@ class Evaluator:
 
     # --- entry points -----------------------------------------------------------------
     def on_registration(
-        self, expert_id: str, domain_id: str, centroid: list[float], sha256: str = ""
+        self,
+        expert_id: str,
+        domain_id: str,
+        centroid: list[float],
+        sha256: str = "",
+        created_ms: int | None = None,
     ) -> list[EvalRow]:
-        """Evaluate the mixture with the new expert added; rows written (empty if a replay)."""
+        """Evaluate the mixture with the new expert added; rows written (empty if a replay).
+
+        ``created_ms``: the manifest's (the registration carries it; read from the store
+        when None). The gate prefers a domain's newest expert on a tie, as the server does.
+        """
+        if expert_id not in self.history.data["experts"]:  # a replay needs no domain
+            self._wait_for_domain(expert_id, domain_id)
         with self._lock:
             experts = self.history.data["experts"]
             if expert_id in experts:
@@ -105,6 +125,7 @@ class Evaluator:
                 "centroid": [float(v) for v in centroid],
                 "sha256": sha256,
                 "created_ms": int(time.time() * 1000),
+                "manifest_created_ms": self._manifest_created_ms(expert_id, created_ms),
             }
             out: list[EvalRow] = []
             try:
@@ -128,10 +149,30 @@ class Evaluator:
             last = rows[-1]
             return self._evaluate(last.step, last.expert_ids, last.arrived_expert, replace=True)
 
+    def _wait_for_domain(self, expert_id: str, domain_id: str) -> None:
+        wait = getattr(self.router, "wait_for_domains", None)
+        if wait is not None and wait([domain_id], self.domains_wait_s):
+            log.warning(
+                "expert %s: domain %s has no row in the domain table after %.0f s; its "
+                "documents are evaluated as the server would route them without it",
+                expert_id,
+                domain_id,
+                self.domains_wait_s,
+            )
+
+    def _manifest_created_ms(self, expert_id: str, given: int | None) -> int:
+        if given is not None:
+            return int(given)
+        try:
+            return int(self.store.manifest(expert_id).created_ms)
+        except Exception:  # noqa: BLE001 - unreadable now: check_weights reports it
+            return 0
+
     # --- one step ---------------------------------------------------------------------
-    def _centroids(self, expert_ids: list[str]) -> dict[str, list[float]]:
+    def _experts(self, expert_ids: list[str]) -> DomainExperts:
+        """The step's experts the server can load, as the gate sees them."""
         info = self.history.data["experts"]
-        return {e: info[e]["centroid"] for e in expert_ids if e in self.loaded}
+        return experts_from_history(info, [e for e in expert_ids if e in self.loaded])
 
     def check_weights(self, expert_ids: list[str]) -> list[str]:
         """Re-hash the trunk and every expert (memory and disk); have the store re-verify each.
@@ -171,11 +212,16 @@ class Evaluator:
     def _score_domain(self, domain: str, expert_ids: list[str]) -> dict[str, dict]:
         docs = self.heldout.docs(domain)
         texts = [d.text for d in docs]
-        centroids = self._centroids(expert_ids)
-        routing = self.router.route(texts, centroids) if centroids else [{} for _ in texts]
+        experts = self._experts(expert_ids)
+        routing = self.router.route(texts, experts) if len(experts) else [{} for _ in texts]
         scores = score_texts(
-            self.mixture.token_losses, self.trunk.tokenizer, texts, routing,
-            max_tokens=self.max_tokens, batch_size=self.batch_size, device=self.trunk.device,
+            self.mixture.token_losses,
+            self.trunk.tokenizer,
+            texts,
+            routing,
+            max_tokens=self.max_tokens,
+            batch_size=self.batch_size,
+            device=self.trunk.device,
         )
         return {
             d.doc_id: {"loss": loss, "tokens": n, "routing": r}
@@ -251,7 +297,11 @@ class Evaluator:
         self.history.save()
         log.info(
             "evaluated step %d (%d experts, %d domains, %d weight changes) in %.1f s",
-            step, len(expert_ids), len(loss), len(weight_changes), time.perf_counter() - started,
+            step,
+            len(expert_ids),
+            len(loss),
+            len(weight_changes),
+            time.perf_counter() - started,
         )
         return out
 

@@ -1,18 +1,19 @@
-"""Route held-out documents exactly as the server does: the embedder, then the gate."""
+"""Route held-out documents exactly as the server does: embedder, domain table, gate."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from router.gate import CentroidIndex, Gate
+from router.gate import DomainExperts, Gate, GateExpert
+from router.table import DomainTable
 
 
 class GateRouter:
-    """``route(texts, centroids) -> [{expert_id: weight}]`` with the serving gate's rule.
+    """``route(texts, experts) -> [{expert_id: weight}]`` with the serving gate's rule.
 
     Parameters
     ----------
@@ -20,14 +21,24 @@ class GateRouter:
         Anything with ``embed(texts) -> (N, dim)`` L2-normalised float32 (the router's
         default embedder in production).
     gate
-        The serving :class:`router.gate.Gate` (same ``top_k``, temperature and threshold).
+        The serving :class:`router.gate.Gate` (same ``top_k`` and temperature).
+    domains
+        The domain table the server routes by (the monitor follows ``worx.domains`` into
+        it); a document gets only its own domain's experts, or ``{}``.
     cache_size
         Embeddings kept by text hash (held-out documents are embedded once, not per step).
     """
 
-    def __init__(self, embedder: Any, gate: Gate, cache_size: int = 10_000) -> None:
+    def __init__(
+        self,
+        embedder: Any,
+        gate: Gate,
+        domains: DomainTable | None = None,
+        cache_size: int = 10_000,
+    ) -> None:
         self.embedder = embedder
         self.gate = gate
+        self.domains = domains if domains is not None else DomainTable()
         self.cache_size = cache_size
         self._cache: dict[str, np.ndarray] = {}
 
@@ -42,11 +53,30 @@ class GateRouter:
                 self._cache[keys[i]] = vec
         return np.stack([self._cache[k] for k in keys])  # (N, dim)
 
-    def route(
-        self, texts: list[str], centroids: Mapping[str, list[float]]
-    ) -> list[dict[str, float]]:
+    def route(self, texts: list[str], experts: DomainExperts) -> list[dict[str, float]]:
         if not texts:
             return []
-        if not centroids:
+        if not len(experts):
             return [{} for _ in texts]
-        return self.gate.route_many(self._embed(texts), CentroidIndex.from_mapping(centroids))
+        return self.gate.route_many(self._embed(texts), self.domains, experts)
+
+    def wait_for_domains(self, domain_ids: Iterable[str], timeout_s: float) -> list[str]:
+        """Wait (bounded) until every one of ``domain_ids`` has a row; returns those missing."""
+        wanted = set(domain_ids)
+        self.domains.wait_for(
+            lambda table: all(table.get(d) is not None for d in wanted), timeout=timeout_s
+        )
+        return sorted(d for d in wanted if self.domains.get(d) is None)
+
+
+def experts_from_history(
+    info: Mapping[str, Mapping[str, Any]], expert_ids: Iterable[str]
+) -> DomainExperts:
+    """The gate's view of ``expert_ids`` from the monitor's record of registrations
+    (``{expert_id: {"domain_id", "centroid", "manifest_created_ms"?}}``)."""
+    return DomainExperts(
+        GateExpert(
+            e, info[e]["domain_id"], info[e]["centroid"], int(info[e].get("manifest_created_ms", 0))
+        )
+        for e in expert_ids
+    )

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from monitor.domains import KnownDomains
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory
 from monitor.labels import DomainLabels
@@ -41,6 +42,7 @@ def build_monitor(
     ``conf`` (librdkafka settings) lets it fetch a job's held-out and training documents.
     """
     history, heldout, live = open_files(root, config)
+    domains = KnownDomains(root)  # the server's routing table, followed from worx.domains
     section = config.monitor
     evaluator = baseline = store = fingerprint = None
     if with_model:
@@ -62,8 +64,7 @@ def build_monitor(
         store = ExpertStore(store_path, fingerprint, config.experts.lru_budget_mb << 20)
         e = config.experts
         router = GateRouter(
-            default_embedder(config.router),
-            Gate(e.gate_top_k, e.gate_temperature, e.gate_min_similarity),
+            default_embedder(config.router), Gate(e.gate_top_k, e.gate_temperature), domains.table
         )
         evaluator = Evaluator(
             trunk,
@@ -74,6 +75,7 @@ def build_monitor(
             section.max_tokens,
             section.batch_size,
             section.backfill,
+            section.domains_wait_s,
         )
         if section.baseline:
             # the same tokens per step as the expert recipe, so the comparison is like for like
@@ -108,4 +110,5 @@ def build_monitor(
         fingerprint,
         root,
         DomainLabels(root),
+        domains,
     )

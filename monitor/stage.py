@@ -6,9 +6,11 @@ registrations are kept for the dashboard; a ``train`` job's held-out documents e
 held-out sets (fetched by reference, never trained on); each new registration triggers an
 evaluation of the serving mixture and a step of the dense baseline, whose rows are emitted
 on ``metrics``. The domain table (``domains``, followed from the start by a
-:class:`topology.domain_follower.DomainFollower`, not the runner) feeds ``labels``: the
-names the dashboard shows instead of domain ids. Undecodable input is dead-lettered with
-the reason (except on ``dlq`` itself, which would loop).
+:class:`topology.domain_follower.DomainFollower` into :meth:`MonitorStage.apply_domain`,
+not the runner) feeds ``labels`` (the names the dashboard shows instead of domain ids)
+and ``domains``, the table the evaluator routes held-out documents by, as the server
+does. Undecodable input is dead-lettered with the reason (except on ``dlq`` itself, which
+would loop).
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from typing import Any, ClassVar
 
 from experts.records import ExpertRegistration
 from ingest.records import DeadLetter
+from monitor.domains import KnownDomains
 from monitor.figures import build_state
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory
 from monitor.labels import DomainLabels
 from monitor.live import LiveState
 from monitor.records import EvalRow
-from router.records import DriftEvent, TrainJob
+from router.records import DomainRecord, DriftEvent, TrainJob
 from trainer.records import TrainStatus
 from worx.atomic import atomic_write_json
 from worx.ids import content_hash
@@ -59,6 +62,7 @@ class MonitorStage:
         trunk_fingerprint: str | None = None,
         state_dir: str | Path | None = None,
         labels: DomainLabels | None = None,
+        domains: KnownDomains | None = None,
     ) -> None:
         self.prefix = prefix
         self.history = history
@@ -70,6 +74,7 @@ class MonitorStage:
         self.store = store
         self.trunk_fingerprint = trunk_fingerprint
         self.labels = labels if labels is not None else DomainLabels(state_dir)
+        self.domains = domains if domains is not None else KnownDomains(state_dir)
         self.jobs_path = Path(state_dir) / "jobs.json" if state_dir else None
         self.jobs: dict[str, dict] = {}
         if self.jobs_path and self.jobs_path.exists():
@@ -106,6 +111,11 @@ class MonitorStage:
                 self.live.dead_letter("undecodable_dead_letter")
                 return []
             return [Emit("dlq", None, DeadLetter.of(message, exc.reason, str(exc), "monitor"))]
+
+    def apply_domain(self, row: DomainRecord) -> None:
+        """One row of ``worx.domains``: its label, and the routing table (the server's)."""
+        self.labels.apply(row)
+        self.domains.apply(row)
 
     # --- handlers ---------------------------------------------------------------------
     def _dead_letter(self, message: Message) -> list[Emit]:
@@ -150,7 +160,7 @@ class MonitorStage:
         rows: list[EvalRow] = []
         if self.evaluator is not None:
             rows += self.evaluator.on_registration(
-                reg.expert_id, reg.domain_id, reg.centroid, reg.sha256
+                reg.expert_id, reg.domain_id, reg.centroid, reg.sha256, reg.created_ms
             )
         if self.baseline is not None and rows:
             texts = self._train_texts(reg)

@@ -1,128 +1,208 @@
-"""The inference-time gate: document embedding -> ``{expert_id: weight}`` (c-BTM style).
+"""The inference gate: document embedding -> its domain -> that domain's experts.
 
-Cosine similarity of the document's embedding to each expert's domain centroid; the
-``top_k`` most similar experts whose similarity reaches ``min_similarity`` get weights
-``softmax(similarity / temperature)``; none close enough gives ``{}`` ("trunk only").
-Experts are keyed by id, never by position: the index sorts ids, and ties are broken by
-id, so adding an unrelated expert cannot change the weights of a document whose top-k
-it does not enter.
+A document is first given a domain exactly as the route stage gives it one
+(:meth:`router.table.DomainTable.decide`: the nearest active domain, if the similarity
+reaches that domain's own threshold; otherwise novel). Only that domain's experts can
+serve it: among them the ``top_k`` whose centroids are most similar to the document
+(ties: the newest expert first) get weights ``softmax(similarity / temperature)``. A
+novel document, or one whose domain has no expert (a domain the trunk serves), gets
+``{}``: the trunk alone.
+
+What stays invariant: a document's weights are a function of (its domain decision, the
+experts of that domain) only. Registering an expert of domain ``D`` changes the weights of
+documents decided to ``D`` and of no other; adding or updating a domain changes only the
+documents whose decision it changes, i.e. whose nearest active domain it becomes or was.
+A trunk-served domain therefore stays on the trunk whatever experts arrive later.
 
 Example
 -------
 >>> import numpy as np
->>> index = CentroidIndex(["code", "legal"], np.array([[1.0, 0.0], [0.0, 1.0]]))
->>> Gate(top_k=1).route(np.array([0.9, 0.1]), index)
-{'code': 1.0}
->>> Gate(top_k=1, min_similarity=0.95).route(np.array([0.7, 0.7]), index)
+>>> from router.records import DomainRecord
+>>> from router.table import DomainTable
+>>> table = DomainTable()
+>>> for name, centroid in (("code", [1.0, 0.0]), ("prose", [0.0, 1.0])):
+...     _ = table.apply(DomainRecord(name, centroid, 0.5, 10, 0.8))
+>>> experts = DomainExperts([GateExpert("code-e1", "code", [1.0, 0.0])])
+>>> Gate().route(np.array([0.9, 0.1], np.float32), table, experts)
+{'code-e1': 1.0}
+>>> Gate().route(np.array([0.1, 0.9], np.float32), table, experts)  # prose: trunk only
 {}
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from router.table import DomainTable
+
 
 class CentroidIndex:
-    """Experts' unit-norm centroids as one ``(E, dim)`` float32 matrix, rows in sorted id order.
+    """Unit-norm centroids as one ``(E, dim)`` float32 matrix, rows in the order given.
 
     Parameters
     ----------
     ids : sequence of str
         Expert ids (unique).
     centroids : array-like, shape (E, dim)
-        One centroid per id (normalised here; a zero row never matches anything).
+        One centroid per id (normalised here; a zero row is similar to nothing).
     """
 
     def __init__(
         self, ids: Sequence[str], centroids: np.ndarray | Sequence[Sequence[float]]
     ) -> None:
-        matrix = np.asarray(centroids, dtype=np.float32)
-        matrix = matrix.reshape(len(ids), matrix.shape[-1] if matrix.size else 0)  # (E, dim)
         if len(set(ids)) != len(ids):
             raise ValueError("expert ids in a centroid index must be unique")
-        order = sorted(range(len(ids)), key=lambda i: ids[i])
-        self.ids: list[str] = [ids[i] for i in order]
-        matrix = matrix[order]  # (E, dim)
+        try:
+            matrix = np.asarray(centroids, dtype=np.float32)
+        except ValueError as exc:  # ragged rows
+            raise ValueError(
+                "centroids of different dimensions: every expert's centroid must come from "
+                "the same embedder"
+            ) from exc
+        matrix = matrix.reshape(len(ids), matrix.shape[-1] if matrix.size else 0)  # (E, dim)
+        self.ids: list[str] = list(ids)
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)  # (E, 1)
         self.matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
         self.dim = matrix.shape[1] if len(ids) else 0
 
-    @classmethod
-    def from_mapping(cls, centroids: Mapping[str, Sequence[float]]) -> CentroidIndex:
-        ids = list(centroids)
-        return cls(ids, [list(centroids[i]) for i in ids])
-
     def __len__(self) -> int:
         return len(self.ids)
 
+    def similarities(self, embedding: np.ndarray) -> np.ndarray:
+        """Cosine similarities ``(E,)`` of a unit-norm ``embedding (dim,)`` to every row."""
+        if embedding.shape[-1] != self.dim:
+            raise ValueError(
+                f"embedding dimension {embedding.shape[-1]} != centroid dimension {self.dim}: "
+                "the gate and the experts' centroids must use the same embedder"
+            )
+        return self.matrix @ embedding  # (E,)
+
+
+@dataclass(frozen=True)
+class GateExpert:
+    """What the gate needs to know of one registered expert (from its manifest)."""
+
+    expert_id: str
+    domain_id: str
+    centroid: Sequence[float] = field(repr=False)
+    created_ms: int = 0  # the newest expert of a domain wins ties
+
+
+class DomainExperts:
+    """``domain_id -> its experts``, immutable: one :class:`CentroidIndex` per domain.
+
+    A domain's rows are ordered newest first (``created_ms``, then id), which is the order
+    ties are broken in. A drifted domain may hold several experts; every expert of the
+    same domain is a candidate for that domain's documents, and for no other's.
+    """
+
+    def __init__(self, experts: Iterable[GateExpert]) -> None:
+        grouped: dict[str, list[GateExpert]] = {}
+        seen: set[str] = set()
+        for expert in experts:
+            if expert.expert_id in seen:
+                raise ValueError(f"expert {expert.expert_id!r} is listed twice")
+            seen.add(expert.expert_id)
+            grouped.setdefault(expert.domain_id, []).append(expert)
+        self._index: dict[str, CentroidIndex] = {}
+        for domain_id, members in sorted(grouped.items()):
+            members.sort(key=lambda e: (-e.created_ms, e.expert_id))
+            self._index[domain_id] = CentroidIndex(
+                [e.expert_id for e in members], [list(e.centroid) for e in members]
+            )
+        self.expert_domain = {e: d for d, index in self._index.items() for e in index.ids}
+
+    @classmethod
+    def from_manifests(cls, manifests: Iterable[Any]) -> DomainExperts:
+        """From :class:`experts.manifest.Manifest` objects (or anything with those fields)."""
+        return cls(
+            GateExpert(m.expert_id, m.domain_id, m.centroid, m.created_ms) for m in manifests
+        )
+
+    def of(self, domain_id: str | None) -> CentroidIndex | None:
+        """The domain's experts (newest first), or None when it has none."""
+        return None if domain_id is None else self._index.get(domain_id)
+
+    def domains(self) -> list[str]:
+        return list(self._index)
+
+    def __len__(self) -> int:
+        return len(self.expert_domain)
+
+
+class GateDecision(NamedTuple):
+    domain_id: str | None  # None: novel (no known domain close enough)
+    similarity: float  # to the chosen (or, when novel, the nearest) domain's centroid
+    weights: dict[str, float]  # {expert_id: weight}; {} = the trunk alone
+    domain_version: int  # the domain table's version the decision used
+
 
 class Gate:
-    """Top-k cosine gate with temperature and a "trunk only" threshold.
+    """Domain decision by the domain table, then top-k among that domain's experts.
 
     Parameters
     ----------
     top_k : int
-        Largest number of experts mixed for one document.
+        Largest number of one domain's experts mixed for one document (experts of other
+        domains never are: see the module docstring for why).
     temperature : float
         Softmax temperature over the chosen experts' similarities (small: near one-hot).
-    min_similarity : float
-        Experts less similar than this are never chosen; nothing above it: ``{}``.
     """
 
-    def __init__(
-        self, top_k: int = 1, temperature: float = 0.1, min_similarity: float = 0.0
-    ) -> None:
+    def __init__(self, top_k: int = 1, temperature: float = 0.1) -> None:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        if not -1.0 <= min_similarity <= 1.0:
-            raise ValueError(f"min_similarity must be in [-1, 1], got {min_similarity}")
         self.top_k = int(top_k)
         self.temperature = float(temperature)
-        self.min_similarity = float(min_similarity)
 
-    def similarities(self, embeddings: np.ndarray, index: CentroidIndex) -> np.ndarray:
-        """Cosine similarities ``(N, E)`` of unit-norm ``embeddings (N, dim)`` to the index."""
-        x = np.asarray(embeddings, dtype=np.float32)
-        if x.ndim == 1:
-            x = x[None, :]  # (1, dim)
-        if len(index) and x.shape[1] != index.dim:
+    def decide(
+        self, embedding: np.ndarray, domains: DomainTable, experts: DomainExperts
+    ) -> GateDecision:
+        """The domain and the weights for one document embedding ``(dim,)``."""
+        x = np.asarray(embedding, dtype=np.float32).reshape(-1)  # (dim,)
+        try:
+            domain_id, similarity, _, version = domains.decide(x)
+        except ValueError as exc:  # a matmul of mismatched shapes
             raise ValueError(
-                f"embedding dimension {x.shape[1]} != centroid dimension {index.dim}: the gate and "
-                "the experts' centroids must use the same embedder"
-            )
-        return x @ index.matrix.T  # (N, E)
+                f"embedding dimension {x.shape[0]} does not match the domain table's "
+                "centroids: the gate and the route stage must use the same embedder"
+            ) from exc
+        index = experts.of(domain_id)
+        if index is None:
+            return GateDecision(domain_id, similarity, {}, version)
+        return GateDecision(domain_id, similarity, self._mix(x, index), version)
 
-    def route(self, embedding: np.ndarray, index: CentroidIndex) -> dict[str, float]:
-        """Weights for one document embedding ``(dim,)``."""
-        return self.route_many(np.asarray(embedding)[None, :], index)[0]
+    def _mix(self, x: np.ndarray, index: CentroidIndex) -> dict[str, float]:
+        sims = index.similarities(x)  # (E,)
+        # rounded so that experts sharing their domain's centroid tie exactly, whatever the
+        # summation order; ties keep the index order (newest first)
+        order = sorted(range(len(index)), key=lambda i: (-round(float(sims[i]), 6), i))
+        chosen = order[: self.top_k]
+        logits = np.array([sims[i] for i in chosen], dtype=np.float64) / self.temperature
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        return {index.ids[i]: float(p) for i, p in zip(chosen, probs, strict=True)}
 
-    def route_many(self, embeddings: np.ndarray, index: CentroidIndex) -> list[dict[str, float]]:
-        """Weights for each row of ``embeddings (N, dim)``."""
-        if len(index) == 0:
-            return [{} for _ in range(len(embeddings))]
-        sims = self.similarities(embeddings, index)  # (N, E)
-        k = min(self.top_k, sims.shape[1])
-        out = []
-        for row in sims:
-            kth = np.partition(row, row.shape[0] - k)[row.shape[0] - k]  # k-th largest similarity
-            candidates = np.nonzero(row >= max(kth, self.min_similarity))[0]  # ties all kept
-            # Stable order: by similarity, then by id (indices are in sorted id order).
-            chosen = sorted((int(i) for i in candidates), key=lambda i: (-row[i], i))[:k]
-            if not chosen:
-                out.append({})
-                continue
-            logits = np.array([row[i] for i in chosen], dtype=np.float64) / self.temperature
-            probs = np.exp(logits - logits.max())
-            probs /= probs.sum()
-            out.append({index.ids[i]: float(p) for i, p in zip(chosen, probs, strict=True)})
-        return out
-
-    def weights(
-        self, embedding: np.ndarray, centroids: Mapping[str, Sequence[float]]
+    def route(
+        self, embedding: np.ndarray, domains: DomainTable, experts: DomainExperts
     ) -> dict[str, float]:
-        """Convenience: weights for one embedding against ``{expert_id: centroid}``."""
-        return self.route(embedding, CentroidIndex.from_mapping(centroids))
+        """Weights for one document embedding ``(dim,)``."""
+        return self.decide(embedding, domains, experts).weights
+
+    def decide_many(
+        self, embeddings: np.ndarray, domains: DomainTable, experts: DomainExperts
+    ) -> list[GateDecision]:
+        """One decision per row of ``embeddings (N, dim)``."""
+        return [self.decide(row, domains, experts) for row in np.asarray(embeddings)]
+
+    def route_many(
+        self, embeddings: np.ndarray, domains: DomainTable, experts: DomainExperts
+    ) -> list[dict[str, float]]:
+        """Weights for each row of ``embeddings (N, dim)``."""
+        return [d.weights for d in self.decide_many(embeddings, domains, experts)]

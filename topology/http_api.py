@@ -6,6 +6,7 @@ Routes (JSON in, JSON out):
 * ``GET /experts``                the registered experts (manifests without centroids)
 * ``GET /experts/<id>``           one expert's manifest
 * ``POST /score``    ``{"text", "experts"?}``   per-token loss, perplexity, experts used
+  (and the domain the gate gave the text)
 * ``POST /generate`` ``{"text", "max_new_tokens"?, "experts"?}``  greedy continuation
 
 A bad request answers 400 with ``{"error": ...}``; an unknown route 404; a failure 500.

@@ -68,3 +68,45 @@ def make_domain_expert(store, trunk, embedder, expert_id: str, domain: str, seed
     expert = Expert(ExpertConfig(layers=(0, 1), rank=8), trunk.hidden_size)
     randomize(expert, seed=seed)
     return store.put(expert_id, expert, domain, centroid.tolist())
+
+
+def domain_record(embedder, domain: str, count: int = 60, domain_id: str | None = None):
+    """A :class:`DomainRecord` as discover promotes one: the centroid of ``count`` documents
+    of ``domain``, threshold and core threshold by the router's rule (see router/discover.py)."""
+    import numpy as np
+
+    from router.config import RouterConfig
+    from router.records import DomainRecord
+
+    config = RouterConfig()
+    vectors = embedder.embed(domain_texts(domain, count))  # (count, dim)
+    centroid = vectors.mean(axis=0)
+    centroid = centroid / float(np.linalg.norm(centroid))
+    sims = (vectors @ centroid).astype(np.float64)  # (count,)
+    threshold = (
+        min(
+            float(np.quantile(sims, config.threshold_quantile)),
+            float(sims.mean() - config.threshold_std * sims.std()),
+        )
+        - config.threshold_margin
+    )
+    core = max(float(sims.mean() - config.uncertain_std * sims.std()), threshold)
+    return DomainRecord(
+        domain_id=domain_id or domain,
+        centroid=[round(float(x), 7) for x in centroid],
+        threshold=round(threshold, 6),
+        size=count,
+        cohesion=round(float(sims.mean()), 6),
+        label_hint=domain,
+        core_threshold=round(core, 6),
+    )
+
+
+def domain_table(embedder, domains):
+    """A :class:`DomainTable` holding :func:`domain_record` of each of ``domains``."""
+    from router.table import DomainTable
+
+    table = DomainTable()
+    for domain in domains:
+        table.apply(domain_record(embedder, domain))
+    return table

@@ -14,7 +14,7 @@ from experts.store import ExpertStore
 from experts.trunk import load_trunk
 from router.embed import default_embedder
 from router.gate import Gate
-from tests.experts.conftest import domain_texts, make_domain_expert, randomize
+from tests.experts.conftest import domain_table, domain_texts, make_domain_expert, randomize
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 
@@ -37,7 +37,9 @@ def test_cuda_mixture_and_serving(trunk_dirs, tmp_path: Path, dtype) -> None:
     assert torch.equal(mixed[1], base[1]) and not torch.equal(mixed[0], base[0])
 
     store = ExpertStore(tmp_path / "store", trunk.fingerprint)
-    server = ExpertServer(trunk, store, default_embedder(), Gate(top_k=1, min_similarity=0.05))
+    embedder = default_embedder()
+    domains = domain_table(embedder, ["python_code", "legal"])
+    server = ExpertServer(trunk, store, embedder, Gate(top_k=1), domains)
     manifest = make_domain_expert(store, trunk, server.embedder, "code", "python_code", 1)
     assert server.register(manifest.registration()).status == "registered"
     result = server.score(domain_texts("python_code", 1, skip=30)[0])

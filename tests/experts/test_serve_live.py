@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from experts.store import ExpertStore
 from router.embed import default_embedder
-from tests.experts.conftest import domain_texts, make_domain_expert
+from tests.experts.conftest import domain_record, domain_texts, make_domain_expert
 
 DOMAINS = {"code": "python_code", "legal": "legal", "bio": "biomedical"}
 TEXTS = {name: domain_texts(domain, 1, skip=40)[0] for name, domain in DOMAINS.items()}
@@ -88,6 +88,9 @@ def test_live_serve_registers_three_experts_without_a_failed_request(
 
         producer = Producer(kafka_conf)
         embedder = default_embedder()
+        for domain in DOMAINS.values():  # what discover announces: the domains it routes by
+            row = domain_record(embedder, domain)
+            producer.produce(topics.domains, key=domain, value=row.to_json())
         first_use: dict[str, int] = {}
         for seed, (name, domain) in enumerate(DOMAINS.items(), start=1):
             if name == "bio":  # a corrupt expert announced in between is refused, alone
@@ -114,6 +117,7 @@ def test_live_serve_registers_three_experts_without_a_failed_request(
         with urllib.request.urlopen(f"{base}/health", timeout=30) as response:
             health = json.loads(response.read())
         assert health["experts"] == 3 and health["failed_requests"] == 0
+        assert health["domains"] == 3 and health["experts_without_domain"] == []
         assert [(r["expert_id"], r["reason"]) for r in health["refusals"]] == [("bad", "truncated")]
     finally:
         if stream is not None:

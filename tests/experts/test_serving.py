@@ -19,18 +19,24 @@ from experts.serving import ExpertServer
 from experts.store import WEIGHTS, ExpertStore
 from router.embed import default_embedder
 from router.gate import Gate
-from tests.experts.conftest import domain_texts, make_domain_expert
+from tests.experts.conftest import domain_table, domain_texts, make_domain_expert
 from topology.http_api import make_http_server, serve_in_thread
 
 CODE = domain_texts("python_code", 1, skip=30)[0]
 LEGAL = domain_texts("legal", 1, skip=30)[0]
 BIO = domain_texts("biomedical", 1, skip=30)[0]
+DOMAINS = ("python_code", "legal", "biomedical")
+
+
+def _server(trunk, store: ExpertStore) -> ExpertServer:
+    """A server whose domain table knows the three domains (as worx.domains would say)."""
+    embedder = default_embedder()
+    return ExpertServer(trunk, store, embedder, Gate(top_k=1), domain_table(embedder, DOMAINS))
 
 
 @pytest.fixture
 def server(gpt2_trunk, tmp_path: Path) -> ExpertServer:
-    store = ExpertStore(tmp_path / "store", gpt2_trunk.fingerprint)
-    return ExpertServer(gpt2_trunk, store, default_embedder(), Gate(top_k=1, min_similarity=0.05))
+    return _server(gpt2_trunk, ExpertStore(tmp_path / "store", gpt2_trunk.fingerprint))
 
 
 def _put(server: ExpertServer, expert_id: str, domain: str, seed: int):
@@ -158,12 +164,7 @@ def test_restart_rebuilds_the_table_from_the_store(server, gpt2_trunk) -> None:
     for expert_id, domain, seed in (("code", "python_code", 1), ("bio", "biomedical", 2)):
         server.register(_put(server, expert_id, domain, seed).registration())
     before = server.score(BIO)
-    restarted = ExpertServer(
-        gpt2_trunk,
-        ExpertStore(server.store.root, gpt2_trunk.fingerprint),
-        default_embedder(),
-        Gate(top_k=1, min_similarity=0.05),
-    )
+    restarted = _server(gpt2_trunk, ExpertStore(server.store.root, gpt2_trunk.fingerprint))
     assert list(restarted.rebuild_from_store()) == ["bio", "code"]
     after = restarted.score(BIO)
     assert after["experts"] == before["experts"] == {"bio": 1.0}
@@ -240,7 +241,7 @@ def test_a_bfloat16_trunk_gets_expert_copies_in_its_dtype(trunk_dirs, tmp_path) 
 
     trunk = load_trunk(trunk_dirs["llama"], dtype=torch.bfloat16)
     store = ExpertStore(tmp_path / "store", trunk.fingerprint)
-    server = ExpertServer(trunk, store, default_embedder(), Gate(top_k=1, min_similarity=0.05))
+    server = _server(trunk, store)
     assert server.register(_put(server, "code", "python_code", 1).registration()).status == (
         "registered"
     )
@@ -261,12 +262,7 @@ def test_restart_rebuilds_from_store_and_topic(server, gpt2_trunk, kafka_conf, t
     producer.produce(topics.experts, key="legal", value=None)  # later withdrawn
     assert producer.flush(10) == 0
 
-    restarted = ExpertServer(
-        gpt2_trunk,
-        ExpertStore(server.store.root, gpt2_trunk.fingerprint),
-        default_embedder(),
-        Gate(top_k=1, min_similarity=0.05),
-    )
+    restarted = _server(gpt2_trunk, ExpertStore(server.store.root, gpt2_trunk.fingerprint))
     assert list(restarted.rebuild_from_store()) == ["bio", "code", "legal"]
     done = threading.Event()
     outcomes = []
@@ -288,3 +284,23 @@ def test_restart_rebuilds_from_store_and_topic(server, gpt2_trunk, kafka_conf, t
     ]
     assert list(restarted.table) == ["bio", "code"]
     assert restarted.score(CODE)["experts"] == {"code": 1.0}
+
+
+def test_an_expert_is_served_only_through_its_domain_row(server) -> None:
+    """The gate reaches an expert through its domain's row of the table, nothing else."""
+    server.register(_put(server, "code", "python_code", 1).registration())
+    server.register(_put(server, "tech", "tech_docs", 2).registration())  # domain unknown
+    tech = domain_texts("tech_docs", 1, skip=30)[0]
+    scored = server.score(tech)
+    assert "tech" not in scored["experts"] and scored["routed_by"] == "gate"
+    assert server.health()["experts_without_domain"] == ["tech"]
+    code = server.score(CODE)
+    assert code["experts"] == {"code": 1.0} and code["domain"] == "python_code"
+    assert code["domain_version"] == server.domains.version == 3
+    # once the domain is announced, its documents reach its expert
+    from tests.experts.conftest import domain_record
+
+    server.domains.apply(domain_record(server.embedder, "tech_docs"))
+    assert server.score(tech)["experts"] == {"tech": 1.0}
+    assert server.health()["experts_without_domain"] == []
+    assert server.score(CODE, expert_weights={"tech": 1.0})["routed_by"] == "request"

@@ -1,8 +1,9 @@
 """A small but real run for the monitor tests: tiny trunk, three trained experts, a store.
 
-Domains: three get an expert (in this order), one ("news") never does. Each expert is
-trained for a few steps on its own domain's documents (disjoint from the held-out ones),
-so the matrix shows real improvements on the diagonal.
+Domains: three get an expert (in this order), one ("news") never does: the trunk serves
+it. All four are rows of the domain table the router routes by (as discover would write).
+Each expert is trained for a few steps on its own domain's documents (disjoint from the
+held-out ones), so the matrix shows real improvements on the diagonal.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory
 from monitor.routing import GateRouter
 from router.gate import Gate
+from tests.experts.conftest import domain_table
 from trainer.dense import DenseConfig
 
 DENSE = DenseConfig(
@@ -103,7 +105,8 @@ def build_small_run(root: Path, heldout_docs: int = 6, register: bool = True) ->
     trunk = load_trunk(trunk_dir)
     store = ExpertStore(root / "store", trunk.fingerprint)
     heldout = HeldoutSets(root / "heldout", capacity=heldout_docs, seed=1)
-    router = GateRouter(TrigramEmbedder(), Gate(top_k=1))
+    embedder = TrigramEmbedder()
+    router = GateRouter(embedder, Gate(top_k=1), domain_table(embedder, ALL_DOMAINS))
     experts = {}
     train_texts: dict[str, list[str]] = {}
     for i, domain in enumerate(ALL_DOMAINS):

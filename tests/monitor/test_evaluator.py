@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -107,3 +108,57 @@ def test_failed_evaluation_is_retried_on_redelivery(run_copy: SmallRun, monkeypa
     monkeypatch.undo()
     rows = run_copy.evaluator.on_registration("news-e1", "news", centroid)  # the redelivery
     assert rows[-1].step == 4 and rows[-1].weight_changes == []
+
+
+def test_a_trunk_served_domain_shows_no_routing_forgetting(small_run: SmallRun) -> None:
+    """news never gets an expert; its documents are nearest to legal's expert centroid, so
+    the old gate (nearest expert centroid) moved them all there. Through the domain table
+    they stay on the trunk, and the monitor's figures for news do not move at all."""
+    from monitor.run_summary import max_old_domain_loss_rise
+    from router.gate import CentroidIndex
+
+    router = small_run.evaluator.router
+    texts = [d.text for d in small_run.heldout.docs("news")]
+    index = CentroidIndex(list(small_run.experts), [c for _, _, c in small_run.experts.values()])
+    sims = router.embedder.embed(texts) @ index.matrix.T  # (6, 3)
+    assert all(row.max() >= 0.05 for row in sims)  # the old rule routed every one...
+    assert {index.ids[int(np.argmax(row))] for row in sims} == {"legal-e1"}  # ...to legal
+
+    rows = small_run.history.rows("ours")
+    assert len({r.loss["news"] for r in rows}) == 1  # bit-identical at every step
+    assert all(r.routing_changed["news"] == 0.0 for r in rows[1:])
+    detail = small_run.history.data["detail"]["ours"]["news"]
+    assert [v["routing"] for v in detail.values()] == [{}] * 6
+    news_only = [dataclasses.replace(r, loss={"news": r.loss["news"]}) for r in rows]
+    assert max_old_domain_loss_rise(news_only) == 0.0
+    # the experts still serve their own domains: each improved its column
+    m = small_run.history.matrix("ours")
+    assert all(m["loss"][j + 1][j] < m["loss"][0][j] for j in range(len(EXPERT_DOMAINS)))
+
+
+def test_the_monitor_routes_and_scores_as_the_server_serves(small_run: SmallRun) -> None:
+    """Same domain table, same experts: every held-out document gets from the server the
+    experts (and the loss) the monitor's latest row recorded for it."""
+    from experts.serving import ExpertServer
+
+    router = small_run.evaluator.router
+    server = ExpertServer(
+        small_run.trunk,
+        small_run.store,
+        router.embedder,
+        router.gate,
+        router.domains,
+        max_tokens=64,
+    )
+    for eid in small_run.history.rows("ours")[-1].expert_ids:
+        server.register(small_run.store.manifest(eid).registration())
+    detail = small_run.history.data["detail"]["ours"]
+    routed = set()
+    for domain in ALL_DOMAINS:
+        for doc in small_run.heldout.docs(domain):
+            served = server.score(doc.text)
+            recorded = detail[domain][doc.doc_id]
+            assert served["experts"] == recorded["routing"], (domain, doc.doc_id)
+            assert served["mean_loss"] == pytest.approx(recorded["loss"], rel=1e-4, abs=1e-4)
+            routed.update(served["experts"])
+    assert routed == set(small_run.experts)

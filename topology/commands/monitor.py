@@ -16,8 +16,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "domain's held-out set, and a step of the dense fine-tuning baseline), training "
         "progress, drift events, dead letters. Serves a live dashboard and Prometheus "
         "/metrics on 127.0.0.1 unless told otherwise; rows go to <prefix>.metrics and "
-        "<state-dir>/history.json. Domains are shown by the label_hint of the domain table "
-        "(<prefix>.domains, kept in <state-dir>/domain_labels.json), else by id. With "
+        "<state-dir>/history.json. Held-out documents are routed as the server routes "
+        "them: by the domain table (<prefix>.domains, kept in <state-dir>/domains.json), "
+        "then only that domain's experts. Domains are shown by the label_hint of the "
+        "domain table (kept in <state-dir>/domain_labels.json), else by id. With "
         "--once: print the matrix and the metrics as tables and exit (no broker needed).",
     )
     parser.add_argument("--once", action="store_true", help="print the tables and exit")
@@ -135,8 +137,9 @@ def _run(args: argparse.Namespace) -> int:
             on_batch=lambda _in, _out: stage.live.save(),
             producer_conf=conf,
         )
-        # the whole domain table, from the start, outside the group: names for the dashboard
-        follower = DomainFollower(conf, topics.domains, stage.labels.apply).start()
+        # the whole domain table, from the start, outside the group: names for the dashboard,
+        # and the table the evaluator routes by (the server's)
+        follower = DomainFollower(conf, topics.domains, stage.apply_domain).start()
         try:
             with DashboardServer(stage.state, host, port, on_evaluate=stage.evaluate_now) as server:
                 print(f"dashboard on {server.url}  metrics on {server.url}metrics", flush=True)

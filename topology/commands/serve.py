@@ -13,7 +13,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="serve the trunk + experts over HTTP; register new experts without a restart",
         description="Load the frozen trunk, build the expert table from the store, follow "
         "<prefix>.experts and register every new expert while serving (no restart, no "
-        "failed request). HTTP API (JSON): GET /health, GET /experts, GET /experts/ID, "
+        "failed request). Follows <prefix>.domains too: a text is given its domain as the "
+        "route stage gives it one, and only that domain's experts serve it (a domain "
+        "without an expert, or a novel text, gets the trunk alone). HTTP API (JSON): "
+        "GET /health, GET /experts, GET /experts/ID, "
         "POST /score {text}, POST /generate {text, max_new_tokens}. Binds 127.0.0.1 unless "
         "told otherwise. Prints 'serving on http://HOST:PORT' when ready; SIGTERM or Ctrl-C "
         "stops it.",
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from experts.serving import server_from_config
     from topology.broker import bootstrap
     from topology.config import load_config
+    from topology.domain_follower import DomainFollower
     from topology.http_api import make_http_server, serve_in_thread
     from topology.kafka import client_conf
     from topology.topics import Topics, ensure_topics
@@ -57,11 +61,16 @@ def run(args: argparse.Namespace) -> int:
         conf = client_conf(config.kafka, servers)
         prefix = config.kafka.topic_prefix
         ensure_topics(conf, prefix=prefix, partitions=config.kafka.partitions)
-        follower = RegistrationFollower(server, conf, Topics(prefix).experts).start()
+        topics = Topics(prefix)
+        # the domains first: a registered expert is only reachable through its domain's row
+        domains = DomainFollower(conf, topics.domains, server.domains.apply).start()
+        follower = RegistrationFollower(server, conf, topics.experts).start()
         httpd = make_http_server(server, host, port)
         serve_in_thread(httpd)
         bound_host, bound_port = httpd.server_address[:2]
-        log.info("%d experts, following %s", len(server.table), Topics(prefix).experts)
+        log.info(
+            "%d experts, following %s and %s", len(server.table), topics.experts, topics.domains
+        )
         print(f"serving on http://{bound_host}:{bound_port}", flush=True)
         try:
             stop.wait()
@@ -71,4 +80,5 @@ def run(args: argparse.Namespace) -> int:
             httpd.shutdown()
             httpd.server_close()
             follower.stop()
+            domains.stop()
     return 0
