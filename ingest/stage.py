@@ -218,7 +218,7 @@ class NormaliseStage:
             value = _lookup(obj, name)
             if value is not None:
                 meta[name] = value if isinstance(value, str) else json.dumps(value)
-        return self._accept(message, text, given_id=given_id, label=label, meta=meta)
+        return self._accept(message, text, given_id, label, meta)
 
     def _accept(
         self,
@@ -254,15 +254,8 @@ class NormaliseStage:
         emits = []
         for part, piece in enumerate(pieces):
             piece_id = doc_id if len(pieces) == 1 else f"{doc_id}#{part}"
-            doc = Doc(
-                doc_id=piece_id,
-                text=piece,
-                source=source,
-                label=label,
-                part=part,
-                created_ms=created,
-                meta=meta or {},
-            )
+            # (positional: doc_id, text, source, label, part, created_ms, meta; the hot path)
+            doc = Doc(piece_id, piece, source, label, part, created, meta or {})
             emits.append(Emit("docs", piece_id, doc))
         self.counters["docs"] += len(emits)
         self.counters["parts"] += len(emits) - 1
@@ -320,7 +313,7 @@ def _given_id(value: Any) -> str | None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise Rejected("bad_id", f"the id is {_json_type(value)}; use a string or an integer")
-    text = str(value).strip()
+    text = value.strip() if isinstance(value, str) else str(value)
     if len(text) > MAX_ID_CHARS:
         raise Rejected("bad_id", f"the id has {len(text)} characters; at most {MAX_ID_CHARS}")
     if not text.isprintable():
