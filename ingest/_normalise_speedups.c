@@ -57,10 +57,38 @@ static Py_ssize_t ucs4_find_newline(const Py_UCS4 *s, Py_ssize_t n) {
 
 /* A control character or a carriage return (a branch-free OR the compiler vectorises). */
 static int needs_cleaning(const unsigned char *s, Py_ssize_t n) {
-    int found = 0;
+    unsigned char found = 0; /* (a byte: the loop vectorises over 16 bytes at once) */
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned char c = s[i];
         found |= ((c < 0x20) & (c != '\t') & (c != '\n')) | (c == 0x7f);
+    }
+    return found;
+}
+
+/* False only if rules 1-4 leave s unchanged (true can be a false alarm): no control
+ * character, tab or carriage return; no space before a newline or at the end; no two
+ * spaces after a character that is neither a space nor a newline (indentation is
+ * allowed); no three newlines in a row; no newline at either end. One branch-free pass. */
+static int may_change(const unsigned char *s, Py_ssize_t n) {
+    if (n == 0) return 0;
+    if (s[0] == '\n' || s[n - 1] == '\n' || s[n - 1] == ' ') return 1;
+    unsigned char found = 0; /* (a byte: the loop vectorises over 16 bytes at once) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        found |= ((c < 0x20) & (c != '\n')) | (c == 0x7f);
+    }
+    for (Py_ssize_t i = 1; i + 2 < n; i++) {
+        unsigned char before = s[i - 1], c = s[i], next = s[i + 1], after = s[i + 2];
+        found |= (c == ' ') & (next == '\n');
+        found |= (before != ' ') & (before != '\n') & (c == ' ') & (next == ' ');
+        found |= (c == '\n') & (next == '\n') & (after == '\n');
+    }
+    /* the pairs the window above does not reach: (0, 1) and (n - 2, n - 1) */
+    if (n >= 2) {
+        found |= (s[0] == ' ') & (s[1] == '\n');
+        found |= (s[n - 2] == ' ') & (s[n - 1] == '\n');
+        found |= (n >= 3) & (s[n - 3] != ' ') & (s[n - 3] != '\n') & (s[n - 2] == ' ') &
+                 (s[n - 1] == ' ');
     }
     return found;
 }
@@ -126,6 +154,10 @@ static PyObject *normalise_ascii(PyObject *module, PyObject *text) {
     if (!PyUnicode_IS_ASCII(text)) Py_RETURN_NONE;
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     const unsigned char *src = PyUnicode_1BYTE_DATA(text);
+    if (!may_change(src, n)) {
+        Py_INCREF(text); /* already normal (most documents): the same object, no copy */
+        return text;
+    }
     /* out: the result; clean: rules 1-2 applied, only where they change something */
     char *out = PyMem_Malloc((size_t)n + 1);
     char *clean = NULL;
