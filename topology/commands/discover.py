@@ -8,11 +8,18 @@ downstream) and resumes reading at the saved offsets. A crash before the file is
 written loses nothing either: the batch is re-read and re-processed from the previous
 snapshot, and none of its outputs had left. So no document is lost and no job is ever
 issued twice under two ids.
+
+Experts: the runner also follows ``worx.experts``; a registration adds its expert id to
+its domain's row (a new version on ``worx.domains``, through the same outbox), so
+``worx domains`` lists a domain's experts and a drift job of that domain branches from
+its latest expert (``TrainJob.parent_expert_id``). Registrations are replayed from the
+beginning on every start; an expert already in its row changes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import threading
@@ -20,6 +27,8 @@ import time
 from pathlib import Path
 from queue import Empty, Queue
 from typing import Any
+
+from worx.stage import Emit
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_kafka_arguments(parser)
     parser.add_argument(
-        "--snapshot", type=Path, default=None,
+        "--snapshot",
+        type=Path,
+        default=None,
         help="state file (default: <data_dir>/discover/state.json)",
     )
     parser.set_defaults(func=run)
@@ -48,8 +59,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 class DiscoverRunner:
     """Feed ``<prefix>.routed`` to a :class:`DiscoverStage` with outbox snapshots."""
 
-    def __init__(self, stage, conf: dict, topics, snapshot_path: Path, batch_size: int = 200,
-                 snapshot_every_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        stage,
+        conf: dict,
+        topics,
+        snapshot_path: Path,
+        batch_size: int = 200,
+        snapshot_every_s: float = 5.0,
+    ) -> None:
         from topology.kafka import DeliveryTracker, make_producer
 
         self.stage = stage
@@ -64,6 +82,8 @@ class DiscoverRunner:
         self.outbox_id = 0
         self.processed = 0
         self.external: Queue = Queue()  # domain rows written by others (expert ids)
+        self.registrations: Queue = Queue()  # ExpertRegistration records of worx.experts
+        self.waiting: dict[str, Any] = {}  # registrations whose domain row is not here yet
 
     # ---------------------------------------------------------------- state file
     def _write(self, outbox: list[dict[str, Any]]) -> None:
@@ -90,12 +110,18 @@ class DiscoverRunner:
         if self.sent_path.exists():
             sent = int(json.loads(self.sent_path.read_text())["outbox_id"])
         if body["outbox"] and sent != self.outbox_id:
-            log.warning("discover: re-sending %d outputs of an unconfirmed batch",
-                        len(body["outbox"]))
+            log.warning(
+                "discover: re-sending %d outputs of an unconfirmed batch", len(body["outbox"])
+            )
             self._send(body["outbox"])
             self._mark_sent()
-        log.info("discover: restored %s (%d decisions seen, %d domains, offsets %s)",
-                 self.path, self.stage.seen, len(self.stage.table), self.stage.offsets)
+        log.info(
+            "discover: restored %s (%d decisions seen, %d domains, offsets %s)",
+            self.path,
+            self.stage.seen,
+            len(self.stage.table),
+            self.stage.offsets,
+        )
 
     def _send(self, outbox: list[dict[str, Any]]) -> None:
         from confluent_kafka import KafkaException
@@ -103,8 +129,13 @@ class DiscoverRunner:
         from topology.kafka import produce
 
         for item in outbox:
-            produce(self.producer, self.topics.name(item["topic"]), item["value"].encode(),
-                    item["key"], self.tracker)
+            produce(
+                self.producer,
+                self.topics.name(item["topic"]),
+                item["value"].encode(),
+                item["key"],
+                self.tracker,
+            )
         remaining = self.producer.flush(30)
         if remaining:
             raise KafkaException(f"{remaining} outputs not delivered within 30 s")
@@ -120,9 +151,15 @@ class DiscoverRunner:
 
         stop = stop or threading.Event()
         self.recover()
+        from experts.records import ExpertRegistration
+
         follower = DomainFollower(self.conf, self.topics.domains, self.external.put).start()
-        consumer = make_consumer(self.conf, f"{self.topics.prefix}-discover",
-                                 **{"enable.auto.commit": False})  # offsets live in the snapshot
+        experts = DomainFollower(
+            self.conf, self.topics.experts, self.registrations.put, ExpertRegistration
+        ).start()
+        consumer = make_consumer(
+            self.conf, f"{self.topics.prefix}-discover", **{"enable.auto.commit": False}
+        )  # offsets live in the snapshot
         routed = self.topics.routed
         info = consumer.list_topics(routed, timeout=10).topics[routed]
         assignment = []
@@ -130,14 +167,14 @@ class DiscoverRunner:
             offset = self.stage.offsets.get(f"{routed}:{partition}", OFFSET_BEGINNING)
             assignment.append(TopicPartition(routed, partition, offset))
         consumer.assign(assignment)
-        log.info("discover: reading %s from %s", routed,
-                 {tp.partition: tp.offset for tp in assignment})
+        log.info(
+            "discover: reading %s from %s", routed, {tp.partition: tp.offset for tp in assignment}
+        )
         last_data = last_snapshot = time.monotonic()
         try:
             while not stop.is_set():
-                self._apply_external()
+                outbox = self._apply_external()
                 batch = consumer.consume(self.batch_size, timeout=0.5)
-                outbox: list[dict[str, Any]] = []
                 handled = 0
                 for msg in batch:
                     if not carries_record(msg):
@@ -147,37 +184,65 @@ class DiscoverRunner:
                         # the stage did not see it: cover its offset all the same
                         key = f"{msg.topic()}:{msg.partition()}"
                         self.stage.offsets[key] = msg.offset() + 1
-                    outbox.extend(
-                        {"topic": e.topic, "key": e.key, "value": e.record.to_json().decode()}
-                        for e in emits
-                    )
+                    outbox.extend(_outbox_item(e) for e in emits)
                     handled += 1
                 now = time.monotonic()
                 if handled:
                     last_data = now
                     self.processed += handled
-                elif idle_timeout_s is not None and now - last_data > idle_timeout_s:
-                    break
                 if outbox or (handled and now - last_snapshot > self.snapshot_every_s):
                     self._write(outbox)  # state + offsets + outputs, before anything leaves
                     last_snapshot = now
                     if outbox:
                         self._send(outbox)
                         self._mark_sent()
+                idle = not handled and not outbox
+                if idle and idle_timeout_s is not None and now - last_data > idle_timeout_s:
+                    break
         finally:
             if self.processed:
                 self._write([])
             follower.stop()
+            experts.stop()
             consumer.close()
             self.producer.flush(30)
 
-    def _apply_external(self) -> None:
+    def _apply_external(self) -> list[dict[str, Any]]:
+        """Apply rows and registrations from the followers; the domain rows to re-emit."""
         while True:
             try:
-                row = self.external.get_nowait()
+                self.stage.apply_domain(self.external.get_nowait())
             except Empty:
-                return
-            self.stage.apply_domain(row)
+                break
+        while True:
+            try:
+                registration = self.registrations.get_nowait()
+            except Empty:
+                break
+            self.waiting[registration.expert_id] = registration
+        outbox = []
+        for registration in list(self.waiting.values()):
+            row = self.stage.table.get(registration.domain_id)
+            if row is None:
+                continue  # its domain row has not arrived yet: it waits
+            del self.waiting[registration.expert_id]
+            if registration.expert_id in row.expert_ids:
+                continue  # known already (registrations are replayed on every start)
+            expert_ids = [*row.expert_ids, registration.expert_id]
+            self.stage.apply_domain(dataclasses.replace(row, expert_ids=expert_ids))
+            updated = self.stage.table.get(registration.domain_id)
+            log.info(
+                "discover: domain %s has experts %s (version %d)",
+                updated.domain_id,
+                updated.expert_ids,
+                updated.version,
+            )
+            outbox.append(_outbox_item(Emit("domains", updated.domain_id, updated)))
+        return outbox
+
+
+def _outbox_item(emit: Emit) -> dict[str, Any]:
+    return {"topic": emit.topic, "key": emit.key, "value": emit.record.to_json().decode()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,12 +256,20 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     conf = client_conf(config.kafka, servers_of(config, args))
     prefix = config.kafka.topic_prefix
-    ensure_topics(conf, prefix=prefix, partitions=config.kafka.partitions,
-                  replication_factor=config.kafka.replication_factor)
+    ensure_topics(
+        conf,
+        prefix=prefix,
+        partitions=config.kafka.partitions,
+        replication_factor=config.kafka.replication_factor,
+    )
     snapshot = args.snapshot or Path(config.data_dir) / "discover" / "state.json"
     runner = DiscoverRunner(
-        DiscoverStage(config.router), conf, Topics(prefix), snapshot,
-        batch_size=args.batch_size, snapshot_every_s=config.router.snapshot_every_s,
+        DiscoverStage(config.router),
+        conf,
+        Topics(prefix),
+        snapshot,
+        batch_size=args.batch_size,
+        snapshot_every_s=config.router.snapshot_every_s,
     )
     stop_on_sigterm()
     try:
