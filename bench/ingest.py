@@ -13,7 +13,9 @@ Throughput is measured on the output topic: (messages - 1) / (last - first produ
 timestamp), so consumer-group joins and process start-up are not counted for anyone.
 Passthrough and stage alternate for ``--repeat`` rounds, so load from elsewhere on a
 shared machine hits both alike: rates are the medians over rounds, ``ratio`` the median
-of the per-round ratios (each round measures both back to back).
+of the per-round ratios (each round measures both back to back). ``cpu_us_per_doc`` and
+``passthrough_cpu_us_per_doc`` are the CPU time of this process (every thread) per
+message in each runtime, medians over rounds: what the stage costs, whatever the load.
 
 Usage: ``python bench/ingest.py [--n 20000] [--repeat 3] [--no-faust]
 [--bootstrap-servers HOST:PORT]``
@@ -165,6 +167,10 @@ def main() -> None:
     megabytes = sum(len(v) for v in values) / 1e6
     pass_runs: list[float] = []
     stage_runs: list[float] = []
+    # CPU seconds of this process (all its threads, librdkafka's included) per runtime:
+    # less sensitive to other load on the machine than the wall-clock windows
+    pass_cpu: list[float] = []
+    stage_cpu: list[float] = []
     with bootstrap(args.bootstrap_servers) as servers:
         conf = {"bootstrap.servers": servers}
         run = uuid.uuid4().hex[:6]
@@ -175,11 +181,15 @@ def main() -> None:
         for round_ in range(args.repeat):
             prefix = f"bench-{run}-pass{round_}"
             ensure_topics(conf, prefix=prefix, partitions=4)
+            cpu = time.process_time()
             passthrough(conf, source, f"{prefix}.docs", args.n)
+            pass_cpu.append(time.process_time() - cpu)
             pass_runs.append(output_window(conf, f"{prefix}.docs", args.n))
             prefix = f"bench-{run}-stage{round_}"
             ensure_topics(conf, prefix=prefix, partitions=4)
+            cpu = time.process_time()
             stage_runner(conf, source, prefix, args.n)
+            stage_cpu.append(time.process_time() - cpu)
             stage_runs.append(output_window(conf, f"{prefix}.docs", args.n))
         faust_s = None
         if not args.no_faust:
@@ -204,6 +214,8 @@ def main() -> None:
         # each round measures both back to back: the median of the paired ratios
         "ratio": round(statistics.median(ratios), 3),
         "ratio_per_round": [round(r, 3) for r in ratios],
+        "cpu_us_per_doc": round(statistics.median(stage_cpu) / args.n * 1e6, 1),
+        "passthrough_cpu_us_per_doc": round(statistics.median(pass_cpu) / args.n * 1e6, 1),
         "faust_docs_per_s": round((args.n - 1) / faust_s) if faust_s else None,
         "faust_ratio": round((args.n - 1) / faust_s / pass_per_s, 3) if faust_s else None,
         "connector_runtime": "confluent",
