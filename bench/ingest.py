@@ -1,10 +1,11 @@
 """Ingest throughput beside the bare confluent-kafka passthrough of the same messages.
 
 Prints ONE JSON line. All runtimes read the same N messages (the bundled corpus, repeated
-with fresh ids) from one source topic, in the same run, on the same broker:
+with fresh ids, keyed by id as a company topic would be) from one source topic, in the
+same run, on the same broker:
 
-- ``passthrough``: confluent consume -> produce the bytes unchanged, with the same batch,
-  flush and commit discipline as the ingest runner (the baseline);
+- ``passthrough``: confluent consume -> produce the bytes (and key) unchanged, with the
+  same batch, flush and commit discipline as the ingest runner (the baseline);
 - ``docs`` (ours, what ``worx connect`` runs): the same loop through the ingest stage
   (:class:`topology.runner.StageRunner` + :class:`ingest.stage.NormaliseStage`);
 - ``faust``: the same stage as the Faust agent of ``worx stream --agents normalise``.
@@ -53,7 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BATCH = 500
 
 
-def corpus_values(n: int) -> list[bytes]:
+def corpus_messages(n: int) -> list[tuple[str, bytes]]:
+    """``n`` (key, value) messages as a company topic would hold them: keyed by the id."""
     rows = []
     for path in sorted((ROOT / "data" / "corpus").glob("*.jsonl.gz")):
         with gzip.open(path, "rt", encoding="utf-8") as handle:
@@ -61,15 +63,16 @@ def corpus_values(n: int) -> list[bytes]:
     out = []
     for i in range(n):
         row = rows[i % len(rows)]
-        out.append(json.dumps({"id": f"{row['id']}#{i}", "text": row["text"]}).encode())
+        doc_id = f"{row['id']}#{i}"
+        out.append((doc_id, json.dumps({"id": doc_id, "text": row["text"]}).encode()))
     return out
 
 
-def fill_source(conf: dict, topic: str, values: list[bytes]) -> None:
+def fill_source(conf: dict, topic: str, messages: list[tuple[str, bytes]]) -> None:
     producer = make_producer(conf)
     tracker = DeliveryTracker()
-    for value in values:
-        produce(producer, topic, value, None, tracker)
+    for key, value in messages:
+        produce(producer, topic, value, key, tracker)
     assert producer.flush(60) == 0
     tracker.check()
 
@@ -163,8 +166,8 @@ def main() -> None:
         "--repeat", type=int, default=3, help="alternating passthrough/stage rounds (median)"
     )
     args = parser.parse_args()
-    values = corpus_values(args.n)
-    megabytes = sum(len(v) for v in values) / 1e6
+    messages = corpus_messages(args.n)
+    megabytes = sum(len(v) for _, v in messages) / 1e6
     pass_runs: list[float] = []
     stage_runs: list[float] = []
     # CPU seconds of this process (all its threads, librdkafka's included) per runtime:
@@ -176,7 +179,7 @@ def main() -> None:
         run = uuid.uuid4().hex[:6]
         source = f"bench-{run}.source"
         ensure_topics(conf, prefix=f"bench-{run}", partitions=4, extra={source: 4})
-        fill_source(conf, source, values)
+        fill_source(conf, source, messages)
         # alternate the two, so load from elsewhere on the machine hits both alike
         for round_ in range(args.repeat):
             prefix = f"bench-{run}-pass{round_}"
