@@ -22,7 +22,8 @@ pipeline with the plain hashed TF embedder (IDF off): ``baseline_*`` keys.
 
 Usage::
 
-    python bench/discovery.py [--corpus DIR] [--stationary 20000] [--quick]
+    python bench/discovery.py [--corpus DIR] [--seed N] [--stationary 20000] [--quick]
+                               [--interleave W] [--lag L]
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ import math
 import random
 import sys
 import time
-from collections import Counter
+import zlib
+from collections import Counter, deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -72,10 +74,25 @@ def nmi_purity(labels: list[str], clusters: list[str]) -> tuple[float, float]:
 
 
 class Pipeline:
-    """Route stage + discover stage wired in-process."""
+    """Route stage + discover stage wired in-process.
 
-    def __init__(self, config: RouterConfig, embedder) -> None:
+    By default discover gets each decision as soon as it is made. To emulate one discover
+    reading several partitions of ``worx.routed``: with ``lag`` > 0 the decisions go to two
+    partitions (by a hash of the doc id) and the second reaches discover ``lag`` documents
+    after the first (its route worker lags); with ``interleave`` > 1 they are delivered in
+    windows of that many, shuffled within each window (seeded: batches interleave). Route
+    meanwhile decides with the table it has (a new domain reaches it on delivery).
+    """
+
+    def __init__(
+        self, config: RouterConfig, embedder, interleave: int = 0, lag: int = 0, seed: int = 0
+    ) -> None:
         self.route = RouteStage(config, embedder=embedder)
+        self.interleave = interleave
+        self.lag = lag
+        self.shuffle = random.Random(seed)
+        self.lagging: deque[tuple[int, RoutedDoc]] = deque()  # (due seq, decision)
+        self.pending: list[RoutedDoc] = []
         self.discover = DiscoverStage(config, embedder=embedder)
         self.events: list[tuple[int, DriftEvent]] = []
         self.jobs: list[tuple[int, TrainJob]] = []
@@ -83,10 +100,36 @@ class Pipeline:
         self.seq = 0
 
     def feed(self, doc: LabelledDoc) -> None:
+        # the document enters at time seq + 1 (monotone, as ingest stamps Doc.created_ms)
         msg = Message(b"", topic="bench.docs", partition=0, offset=self.seq, timestamp_ms=self.seq)
-        [routed] = self.route.process(msg, Doc(doc_id=doc.doc_id, text=doc.text, label=doc.domain))
+        entered = Doc(doc_id=doc.doc_id, text=doc.text, label=doc.domain, created_ms=self.seq + 1)
+        [routed] = self.route.process(msg, entered)
         record: RoutedDoc = routed.record
         self.online.append(record.domain_id or "novel")
+        if self.lag and zlib.crc32(record.doc_id.encode()) % 2:
+            self.lagging.append((self.seq + self.lag, record))
+        else:
+            self.pending.append(record)
+        self.seq += 1
+        while self.lagging and self.lagging[0][0] <= self.seq:
+            self.pending.append(self.lagging.popleft()[1])
+        if len(self.pending) >= self.interleave:
+            self.deliver()
+
+    def flush(self) -> None:
+        """Deliver every decision not yet delivered to discover."""
+        self.pending.extend(record for _, record in self.lagging)
+        self.lagging.clear()
+        self.deliver()
+
+    def deliver(self) -> None:
+        batch, self.pending = self.pending, []
+        if len(batch) > 1:
+            self.shuffle.shuffle(batch)
+        for record in batch:
+            self._discover(record)
+
+    def _discover(self, record: RoutedDoc) -> None:
         rmsg = Message(
             b"", topic="bench.routed", partition=0, offset=self.seq, timestamp_ms=self.seq
         )
@@ -97,7 +140,6 @@ class Pipeline:
                 self.events.append((self.seq, emit.record))
             elif isinstance(emit.record, TrainJob):
                 self.jobs.append((self.seq, emit.record))
-        self.seq += 1
 
     def final_assignment(self, vectors: np.ndarray, thresholds: bool) -> list[str]:
         """Each document's domain by the final table: nearest centroid (as the inference
@@ -116,13 +158,16 @@ def run_phased(
     mixture: int,
     seed: int,
     progress: bool,
+    interleave: int = 0,
+    lag: int = 0,
 ) -> dict:
     order = scenario.names
     random.Random(seed).shuffle(order)
     stream = list(scenario.phases_then_mixture(order, per_domain, mixture, seed=seed))
-    pipe = Pipeline(config, embedder)
+    pipe = Pipeline(config, embedder, interleave=interleave, lag=lag, seed=seed)
     for doc in tqdm(stream, desc="phased", disable=not progress, mininterval=2):
         pipe.feed(doc)
+    pipe.flush()
     labels = [d.domain for d in stream]
     vectors = embedder.embed([d.text for d in stream])  # (N, dim)
     nmi, purity = nmi_purity(labels, pipe.final_assignment(vectors, thresholds=False))
@@ -177,6 +222,7 @@ def run_stationary(scenario: Scenario, pipe: Pipeline, n: int, seed: int, progre
         mininterval=2,
     ):
         pipe.feed(doc)
+    pipe.flush()
     events = [ev for _, ev in pipe.events[first_event:]]
     online = pipe.online[first_seq:]
     return {
@@ -189,13 +235,21 @@ def run_stationary(scenario: Scenario, pipe: Pipeline, n: int, seed: int, progre
 
 
 def run_from_scratch(
-    scenario: Scenario, config: RouterConfig, embedder, n: int, seed: int, progress: bool
+    scenario: Scenario,
+    config: RouterConfig,
+    embedder,
+    n: int,
+    seed: int,
+    progress: bool,
+    interleave: int = 0,
+    lag: int = 0,
 ) -> dict:
     """A mixture of every domain from an empty table: how many domains it finds."""
-    pipe = Pipeline(config, embedder)
+    pipe = Pipeline(config, embedder, interleave=interleave, lag=lag, seed=seed)
     stream = list(scenario.mixture(n, seed=seed + 13))
     for doc in tqdm(stream, desc="mixture from scratch", disable=not progress, mininterval=2):
         pipe.feed(doc)
+    pipe.flush()
     hints = [row.label_hint for row in pipe.discover.table.rows()]
     labels = [d.domain for d in stream]
     vectors = embedder.embed([d.text for d in stream])
@@ -310,8 +364,17 @@ def compare_detectors(config: RouterConfig, seeds: int = 3) -> dict:
 
 
 def measure(scenario: Scenario, config: RouterConfig, embedder, args) -> dict:
+    progress = not args.no_progress
     phased = run_phased(
-        scenario, config, embedder, args.per_domain, args.mixture, args.seed, not args.no_progress
+        scenario,
+        config,
+        embedder,
+        args.per_domain,
+        args.mixture,
+        args.seed,
+        progress,
+        args.interleave,
+        args.lag,
     )
     pipe = phased.pop("pipeline")
     stationary = run_stationary(scenario, pipe, args.stationary, args.seed, not args.no_progress)
@@ -319,7 +382,7 @@ def measure(scenario: Scenario, config: RouterConfig, embedder, args) -> dict:
     scratch = {}
     if args.scratch:
         scratch = run_from_scratch(
-            scenario, config, embedder, args.scratch, args.seed, not args.no_progress
+            scenario, config, embedder, args.scratch, args.seed, progress, args.interleave, args.lag
         )
     return {**phased, **stationary, **scratch, "route_docs_per_s": speed}
 
@@ -339,6 +402,21 @@ def main(argv: list[str] | None = None) -> int:
         "--scratch", type=int, default=3000, help="docs of a mixture from an empty table (0: skip)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="W",
+        help="deliver routed decisions to discover shuffled within windows of W (several "
+        "partitions of worx.routed read by one discover); 0: in order",
+    )
+    parser.add_argument(
+        "--lag",
+        type=int,
+        default=0,
+        metavar="L",
+        help="two partitions of worx.routed, the second L documents behind the first",
+    )
     parser.add_argument("--no-baseline", action="store_true", help="skip the IDF-off baseline")
     parser.add_argument(
         "--compare",
@@ -347,6 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="iterate faster: 5,000 stationary docs, no scratch mixture, no baseline",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -354,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         help="override a [router] setting, e.g. --set threshold_quantile=0.05",
     )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.stationary, args.scratch, args.no_baseline = min(args.stationary, 5000), 0, True
     logging.basicConfig(level=logging.WARNING)
     overrides = {}
     for item in args.set:
@@ -363,7 +448,13 @@ def main(argv: list[str] | None = None) -> int:
     config = RouterConfig(**overrides)
     config.validate()
     scenario = Scenario.from_directory(args.corpus)
-    result = {"corpus": str(args.corpus or "data/corpus"), "embed_dim": config.embed_dim}
+    result = {
+        "corpus": str(args.corpus or "data/corpus"),
+        "embed_dim": config.embed_dim,
+        "seed": args.seed,
+        "interleave": args.interleave,
+        "lag": args.lag,
+    }
     result.update(measure(scenario, config, default_embedder(config), args))
     if not args.no_baseline:
         plain = HashedTfidfEmbedder(

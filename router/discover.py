@@ -14,6 +14,9 @@ It reads every routing decision but only novel documents carry text. For each de
   threshold = a low quantile of its members' cosines), a ``promotion`` drift event, and,
   once the domain has gathered ``job_docs`` documents, one ``new_domain`` job.
 
+Rules about arrival (did a core come as a burst?) are measured in the order documents
+entered the system, not the order discover consumes them (see :mod:`router.timeline`).
+
 Everything emitted is a pure function of the input sequence, stamped with input
 timestamps (never the clock), so a replay re-creates the same ids. The whole state,
 with the input offsets it covers, is a JSON snapshot (:meth:`snapshot`).
@@ -35,13 +38,14 @@ from router.embed import Embedder, default_embedder
 from router.jobs import make_train_job
 from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob
 from router.table import DomainTable
+from router.timeline import Key, Timeline, entry_key, window
 from worx.ids import content_hash
 from worx.records import Record
 from worx.stage import Emit, Message
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 2: entry keys (buffer items, timeline)
 
 
 class _DomainState:
@@ -96,6 +100,9 @@ class DiscoverStage:
         self.domains: dict[str, _DomainState] = {}
         self.offsets: dict[str, int] = {}  # "topic:partition" -> next offset to read
         self.seen = 0  # decisions processed (the sequence number of events' windows)
+        # when the decided documents entered (arrival rules: see router.timeline); it
+        # spans the buffer's lifetime twice, so every window asked about is covered
+        self.timeline = Timeline(horizon=2 * self.config.buffer_max_age)
         self.since_cluster = 0
         self.window_start = 0  # sequence number where the novelty detector was last reset
 
@@ -106,13 +113,19 @@ class DiscoverStage:
         self.offsets[f"{message.topic}:{message.partition}"] = message.offset + 1
         self.seen += 1
         now = message.timestamp_ms
+        # the source document's timestamp; a record of an older route worker has none
+        # (then when it was routed; with neither, as in direct calls, the order consumed)
+        entered = record.doc_created_ms or message.timestamp_ms or self.seen
+        key = (int(entered), int(record.docs_offset))
+        self.timeline.add(key)
         doc = {
             "doc_id": record.doc_id,
             "topic": record.docs_topic,
             "partition": record.docs_partition,
             "offset": record.docs_offset,
             "label": record.label,
-            "seq": self.seen,
+            "seq": self.seen,  # consumption order: the buffer's age
+            "entered": list(key),  # entry order: arrival rules
         }
         out: list[Emit] = []
         domain_id, similarity = record.domain_id, record.similarity
@@ -185,17 +198,25 @@ class DiscoverStage:
 
     def _arrival_rate(self, cand: Candidate) -> float:
         """Share of the stream the core's documents made up while they arrived."""
-        seqs = np.asarray([self.clusterer.items[i]["seq"] for i in cand.members], np.float64)
-        low, high = np.quantile(seqs, [0.1, 0.9])
-        return 0.8 * len(seqs) / (high - low + 1.0)
+        keys = self._entered(cand)
+        low, high = window(keys, 0.1, 0.9)
+        inside = sum(1 for k in keys if low <= k <= high)
+        return inside / max(1, self.timeline.between(low, high))
+
+    def _entered(self, cand: Candidate) -> list[Key]:
+        """Entry keys of a core's members (when their documents entered the system)."""
+        return [entry_key(self.clusterer.items[i]["entered"]) for i in cand.members]
 
     def _threshold(self, sims: np.ndarray) -> float:
         """The routing threshold learned from a core's member cosines."""
         sims = sims.astype(np.float64)
-        return min(
-            float(np.quantile(sims, self.config.threshold_quantile)),
-            float(sims.mean() - self.config.threshold_std * sims.std()),
-        ) - self.config.threshold_margin
+        return (
+            min(
+                float(np.quantile(sims, self.config.threshold_quantile)),
+                float(sims.mean() - self.config.threshold_std * sims.std()),
+            )
+            - self.config.threshold_margin
+        )
 
     def _belongs(self, domain_id: str, centroid_sim: float, cand: Candidate) -> bool:
         """Is the core part of ``domain_id`` rather than a new domain?
@@ -246,19 +267,12 @@ class DiscoverStage:
         )
         self.table.apply(row)
         self.domains[domain_id] = _DomainState(self.config)
-        taken = self.clusterer.remove(cand.members)
-        self.clusterer.forget_core(set(ids))
-        # buffered documents the new domain now claims belong to it as well
-        claimed = [
-            i for i in range(len(self.clusterer))
-            if self.table.route(self.clusterer.vectors[i])[0] == domain_id
-        ]
-        taken += self.clusterer.remove(claimed)
+        taken, claimed = self._take(cand, domain_id)
         stats = {
             "size": float(len(members)),
             "cohesion": cand.cohesion,
             "threshold": threshold,
-            "claimed": float(len(claimed)),
+            "claimed": float(claimed),
             "stable_runs": float(cand.stable),
         }
         event = DriftEvent(
@@ -271,8 +285,12 @@ class DiscoverStage:
             window_end_offset=self.seen,
             created_ms=now,
         )
-        log.info("promotion %s", json.dumps({"domain_id": domain_id, "label_hint": row.label_hint,
-                                             "seen": self.seen, **stats}))
+        log.info(
+            "promotion %s",
+            json.dumps(
+                {"domain_id": domain_id, "label_hint": row.label_hint, "seen": self.seen, **stats}
+            ),
+        )
         self.novelty.reset()
         self.window_start = self.seen
         out = [Emit("domains", domain_id, row), Emit("drift", event.event_id, event)]
@@ -280,14 +298,31 @@ class DiscoverStage:
             out.extend(self._assigned_quiet(domain_id, doc, now))
         return out
 
+    def _take(self, cand: Candidate, domain_id: str) -> tuple[list[dict], int]:
+        """Remove a core from the buffer, and the buffered documents ``domain_id`` now
+        claims; returns their items and how many were claimed."""
+        taken = self.clusterer.remove(cand.members)
+        self.clusterer.forget_core({d["doc_id"] for d in taken})
+        claimed = [
+            i
+            for i in range(len(self.clusterer))
+            if self.table.route(self.clusterer.vectors[i])[0] == domain_id
+        ]
+        return taken + self.clusterer.remove(claimed), len(claimed)
+
     def _first_job(self, domain_id: str, now: int) -> list[Emit]:
         state = self.domains[domain_id]
         row = self.table.get(domain_id)
         job = self._job(domain_id, "new_domain", state.collected, row, None, now)
         state.job_id = job.job_id
         state.collected = []
-        updated = DomainRecord(**{**_fields(row), "version": row.version + 1,
-                                  "size": row.size + len(job.train_doc_ids)})
+        updated = DomainRecord(
+            **{
+                **_fields(row),
+                "version": row.version + 1,
+                "size": row.size + len(job.train_doc_ids),
+            }
+        )
         self.table.apply(updated)
         return [Emit("train", job.job_id, job), Emit("domains", domain_id, updated)]
 
@@ -304,8 +339,10 @@ class DiscoverStage:
             window_end_offset=self.seen,
             created_ms=now,
         )
-        log.warning("drift %s", json.dumps({"domain_id": domain_id, "detector": "domain_distance",
-                                            "seen": self.seen}))
+        log.warning(
+            "drift %s",
+            json.dumps({"domain_id": domain_id, "detector": "domain_distance", "seen": self.seen}),
+        )
         out: list[Emit] = [Emit("drift", event.event_id, event)]
         if len(state.recent) >= self.config.promote_min_size:
             parent = row.expert_ids[-1] if row.expert_ids else None
@@ -331,16 +368,36 @@ class DiscoverStage:
         return Emit("drift", event.event_id, event)
 
     def _job(
-        self, domain_id: str, reason: str, docs: list[dict], row: DomainRecord,
-        parent: str | None, now: int,
+        self,
+        domain_id: str,
+        reason: str,
+        docs: list[dict],
+        row: DomainRecord,
+        parent: str | None,
+        now: int,
     ) -> TrainJob:
         job = make_train_job(
-            domain_id, reason, docs, row.centroid, self.config.heldout_fraction,
-            salt=self.config.heldout_salt, parent_expert_id=parent, created_ms=now,
+            domain_id,
+            reason,
+            docs,
+            row.centroid,
+            self.config.heldout_fraction,
+            salt=self.config.heldout_salt,
+            parent_expert_id=parent,
+            created_ms=now,
         )
-        log.info("train job %s", json.dumps({"job_id": job.job_id, "domain_id": domain_id,
-                                             "reason": reason, "train": len(job.train_doc_ids),
-                                             "heldout": len(job.heldout_doc_ids)}))
+        log.info(
+            "train job %s",
+            json.dumps(
+                {
+                    "job_id": job.job_id,
+                    "domain_id": domain_id,
+                    "reason": reason,
+                    "train": len(job.train_doc_ids),
+                    "heldout": len(job.heldout_doc_ids),
+                }
+            ),
+        )
         return job
 
     # ------------------------------------------------------------------ the domain table
@@ -352,8 +409,15 @@ class DiscoverStage:
                 self.domains.setdefault(row.domain_id, _DomainState(self.config))
             return
         if row.expert_ids != mine.expert_ids and row.version >= mine.version:
-            self.table.apply(DomainRecord(**{**_fields(mine), "expert_ids": list(row.expert_ids),
-                                             "version": row.version + 1}))
+            self.table.apply(
+                DomainRecord(
+                    **{
+                        **_fields(mine),
+                        "expert_ids": list(row.expert_ids),
+                        "version": row.version + 1,
+                    }
+                )
+            )
 
     # ------------------------------------------------------------------ state
     def snapshot(self) -> dict[str, Any]:
@@ -368,12 +432,15 @@ class DiscoverStage:
             "domains": {d: s.snapshot() for d, s in sorted(self.domains.items())},
             "novelty": self.novelty.snapshot(),
             "clusterer": self.clusterer.snapshot(),
+            "timeline": self.timeline.snapshot(),
         }
 
     def restore(self, state: dict[str, Any]) -> None:
         if state.get("format") != SNAPSHOT_FORMAT:
-            raise ValueError(f"discover snapshot format {state.get('format')!r} is not "
-                             f"{SNAPSHOT_FORMAT}; delete the snapshot to start afresh")
+            raise ValueError(
+                f"discover snapshot format {state.get('format')!r} is not "
+                f"{SNAPSHOT_FORMAT}; delete the snapshot to start afresh"
+            )
         if state["embedder"] != self.embedder.fingerprint:
             raise ValueError(
                 f"discover snapshot was made with embedder {state['embedder']}, this "
@@ -393,6 +460,7 @@ class DiscoverStage:
             self.domains[domain_id].restore(body)
         self.novelty.restore(state["novelty"])
         self.clusterer.restore(state["clusterer"])
+        self.timeline.restore(state["timeline"])
 
 
 def _fields(row: DomainRecord) -> dict[str, Any]:

@@ -27,6 +27,9 @@ class RoutedDoc(Record):
     label: str | None = None  # the Doc's given label, passed through for evaluation
     domain_version: int = 0  # version of the domain table the decision used
     uncertain: bool = False  # assigned, but below the domain's core threshold (text carried)
+    doc_created_ms: int = 0  # when the document entered the system (the Doc's created_ms,
+    # else its worx.docs timestamp): discover's arrival rules order by it, not by the
+    # interleaved order it consumes worx.routed in; 0: unknown (a record of an older route)
 
 
 @dataclass(frozen=True)

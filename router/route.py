@@ -69,6 +69,7 @@ class RouteStage:
             label=record.label,
             domain_version=version,
             uncertain=uncertain and not novel,
+            doc_created_ms=record.created_ms or message.timestamp_ms,
         )
         return [Emit("routed", record.doc_id, routed)]
 
