@@ -450,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     scenario = Scenario.from_directory(args.corpus)
     result = {
         "corpus": str(args.corpus or "data/corpus"),
+        "embedder": config.embedder,
         "embed_dim": config.embed_dim,
         "seed": args.seed,
         "interleave": args.interleave,

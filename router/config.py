@@ -8,6 +8,12 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class RouterConfig:
     # --- embedder (shared by route, discover and the inference gate: keep them equal) ---
+    # "tfidf" (the default: no model), "trunk" (mean-pooled hidden states of the trunk in
+    # embedder_trunk_dir, empty: the bundled trunk) or "sentence" (all-MiniLM-L6-v2, needs
+    # the 'embedders' extra). The thresholds below are tuned for "tfidf": re-measure with
+    # bench/discovery.py --set embedder=... before relying on another.
+    embedder: str = "tfidf"
+    embedder_trunk_dir: str = ""
     embed_dim: int = 1024  # dimension of the hashed TF-IDF embedding (signed hash buckets)
     embed_char_ngrams: tuple[int, ...] = (3, 4, 5)  # byte n-gram orders hashed besides words
     embed_word_weight: float = 1.0  # weight of the word block vs each n-gram block
@@ -63,6 +69,10 @@ class RouterConfig:
     snapshot_every_s: float = 5.0  # snapshot at least this often (always before emitting)
 
     def validate(self) -> None:
+        if self.embedder not in ("tfidf", "trunk", "sentence"):
+            raise ValueError(
+                f"router.embedder must be 'tfidf', 'trunk' or 'sentence', got {self.embedder!r}"
+            )
         if self.embed_dim < 8:
             raise ValueError("router.embed_dim must be >= 8")
         if not self.embed_char_ngrams or any(n < 1 or n > 16 for n in self.embed_char_ngrams):

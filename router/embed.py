@@ -178,14 +178,24 @@ class HashedTfidfEmbedder:
 def default_embedder(config: RouterConfig | None = None) -> Embedder:
     """The embedder that routing, discovery and the inference gate all use.
 
-    Built only from ``config`` (``[router]`` section) and the bundled IDF table, so every
-    process that reads the same configuration embeds identically; compare
+    ``router.embedder`` names it (``tfidf`` by default; see :mod:`router.embedders`).
+    Built only from ``config`` (``[router]`` section) and bundled files, so every process
+    that reads the same configuration embeds identically; compare
     :attr:`Embedder.fingerprint` values to check.
     """
     if config is None:
         from router.config import RouterConfig
 
         config = RouterConfig()
+    if config.embedder != "tfidf":
+        from router.embedders import make_embedder
+
+        return make_embedder(config.embedder, config, trunk_dir=config.embedder_trunk_dir)
+    return hashed_tfidf_embedder(config)
+
+
+def hashed_tfidf_embedder(config: RouterConfig) -> HashedTfidfEmbedder:
+    """The model-free default, from the ``embed_*`` settings of ``config``."""
     return HashedTfidfEmbedder(
         dim=config.embed_dim,
         char_ngrams=tuple(config.embed_char_ngrams),

@@ -1,5 +1,8 @@
 """Pick an embedder by name: ``tfidf`` (the default, no model), ``trunk`` or ``sentence``.
 
+``router.embedder`` in the configuration names the one the pipeline uses
+(:func:`router.embed.default_embedder` calls :func:`make_embedder` for it).
+
 The optional embedders are imported only when asked for, so the default path never loads
 torch models. Route, discover and the inference gate must be given the *same* embedder
 (compare :attr:`router.embed.Embedder.fingerprint` values): centroids are only comparable
@@ -18,7 +21,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from router.embed import Embedder, default_embedder
+from router.embed import Embedder, hashed_tfidf_embedder
 
 if TYPE_CHECKING:
     from router.config import RouterConfig
@@ -42,24 +45,27 @@ def make_embedder(
     config : RouterConfig or None
         The ``[router]`` section (``None``: defaults); used by ``tfidf``.
     trunk_dir : str or Path, optional
-        The trunk's model directory; required for ``trunk``.
+        The trunk's model directory for ``trunk`` (empty or None: the bundled trunk).
 
     Raises
     ------
     ValueError
-        For an unknown ``name``, or ``trunk`` without ``trunk_dir``.
+        For an unknown ``name``.
     ImportError
         If an optional embedder's package is missing (the message names the fix).
     """
     key = name.strip().lower() if isinstance(name, str) else name
     if key == "tfidf":
-        return default_embedder(config)
+        if config is None:
+            from router.config import RouterConfig
+
+            config = RouterConfig()
+        return hashed_tfidf_embedder(config)
     if key == "trunk":
         if trunk_dir is None or not str(trunk_dir):
-            raise ValueError(
-                "the 'trunk' embedder needs trunk_dir: the Hugging Face model directory of "
-                "the trunk (the same one the experts use, [experts] trunk_dir)"
-            )
+            from experts.default_trunk import default_trunk_dir
+
+            trunk_dir = default_trunk_dir()  # the bundled trunk, as [experts] defaults to
         from router.embed_trunk import TrunkEmbedder
 
         return TrunkEmbedder(trunk_dir)

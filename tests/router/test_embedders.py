@@ -170,6 +170,29 @@ def test_factory_names_and_errors(trunk_dir: Path) -> None:
     assert make_embedder("tfidf", None).fingerprint == default_embedder().fingerprint
     with pytest.raises(ValueError, match=r"unknown embedder 'bert'.*tfidf, trunk, sentence"):
         make_embedder("bert", config)
-    with pytest.raises(ValueError, match="needs trunk_dir"):
-        make_embedder("trunk", config)
     assert make_embedder("trunk", config, trunk_dir=str(trunk_dir)).name == "trunk"
+
+
+def test_router_embedder_setting_chooses_what_route_discover_and_gate_use(
+    trunk_dir: Path, corpora: tuple[list[str], list[str]]
+) -> None:
+    from experts.default_trunk import default_trunk_dir
+    from router.discover import DiscoverStage
+    from router.embed_trunk import TrunkEmbedder
+    from router.route import RouteStage
+    from topology.config import ConfigError, load_config
+
+    config = load_config(
+        env={"WORX_ROUTER__EMBEDDER": "trunk", "WORX_ROUTER__EMBEDDER_TRUNK_DIR": str(trunk_dir)}
+    ).router
+    chosen = default_embedder(config)
+    assert chosen.fingerprint == TrunkEmbedder(trunk_dir).fingerprint
+    route, discover = RouteStage(config), DiscoverStage(config)
+    assert route.embedder.fingerprint == discover.embedder.fingerprint == chosen.fingerprint
+    code, _ = corpora
+    assert np.array_equal(route.embedder.embed(code[:2]), chosen.embed(code[:2]))
+    # no directory: the bundled trunk, as [experts] trunk_dir defaults to
+    bundled = default_embedder(RouterConfig(embedder="trunk"))
+    assert bundled.fingerprint == TrunkEmbedder(default_trunk_dir()).fingerprint
+    with pytest.raises(ConfigError, match="router.embedder must be"):
+        load_config(env={"WORX_ROUTER__EMBEDDER": "bert"})
