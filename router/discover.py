@@ -401,6 +401,37 @@ class DiscoverStage:
         return job
 
     # ------------------------------------------------------------------ the domain table
+    def add_expert(self, domain_id: str, expert_id: str) -> list[Emit]:
+        """Record that ``expert_id`` (registered on ``worx.experts``) serves ``domain_id``.
+
+        Returns the row's new version to emit on ``worx.domains``, or nothing if the row
+        lists the expert already (registrations are replayed on every start). A drift job
+        of the domain then branches from its latest expert.
+
+        Raises:
+            KeyError: this stage does not know ``domain_id`` (yet): the caller keeps the
+                registration until the row arrives.
+        """
+        row = self.table.get(domain_id)
+        if row is None:
+            raise KeyError(domain_id)
+        if expert_id in row.expert_ids:
+            return []
+        self.table.apply(
+            DomainRecord(
+                **{
+                    **_fields(row),
+                    "expert_ids": [*row.expert_ids, expert_id],
+                    "version": row.version + 1,
+                }
+            )
+        )
+        updated = self.table.get(domain_id)
+        log.info(
+            "domain %s has experts %s (version %d)", domain_id, updated.expert_ids, updated.version
+        )
+        return [Emit("domains", domain_id, updated)]
+
     def apply_domain(self, row: DomainRecord) -> None:
         """Merge a row from ``worx.domains`` written by someone else (e.g. expert ids)."""
         mine = self.table.get(row.domain_id)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from experts.records import ExpertRegistration
 from ingest.records import Doc
 from ingest.scenario import Scenario
-from router.records import RoutedDoc, TrainJob
+from router.records import DomainRecord, RoutedDoc, TrainJob
 from tests.router.test_kafka_stages import ROOT, TopicReader, _produce
 from topology.config import WorxConfig
 from topology.faust_app import create_app
@@ -84,12 +85,22 @@ def test_faust_agents_register_and_route(kafka_conf, topics, tmp_path):
                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     routed = TopicReader(kafka_conf, topics.routed, RoutedDoc, partitions=2)
     jobs = TopicReader(kafka_conf, topics.train, TrainJob)
+    domains = TopicReader(kafka_conf, topics.domains, DomainRecord)
     try:
         routed.until(lambda records: len({r.doc_id for r in records}) >= len(docs), timeout=150)
         found = jobs.until(lambda records: len({r.domain_id for r in records}) >= 1, timeout=120)
+        # an expert registered for that domain reaches its row with the next routed events
+        expert = ExpertRegistration(expert_id="e-faust", domain_id=found[0].domain_id,
+                                    sha256="0" * 64, trunk_fingerprint="t", centroid=[1.0])
+        _produce(kafka_conf, topics.experts, [(expert.expert_id, expert.to_json(), 0)])
+        _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), 0) for d in docs[:20]])
+        domains.until(lambda rows: any(r.expert_ids == ["e-faust"] for r in rows), timeout=120)
     finally:
         routed.close()
         jobs.close()
+        domains.close()
         err = _stop(stream)
     assert stream.returncode == 0, err[-3000:]
     assert found and all(job.train_doc_ids for job in found)
+    [row] = [r for r in domains.records if r.expert_ids == ["e-faust"]]
+    assert row.domain_id == found[0].domain_id

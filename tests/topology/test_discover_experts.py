@@ -94,7 +94,7 @@ def test_registrations_reach_domain_rows_once_and_drift_jobs_branch(kafka_conf, 
                 jobs.until(lambda records: any(j.reason == "drift" for j in records), timeout=60)
             finally:
                 jobs.close()
-            assert "x-e1" in runner.waiting
+            assert "x-e1" in runner.registrations.waiting
     finally:
         domains.close()
     assert len(rows_with(["dom-a-e1"])) == 1  # not re-emitted by the replay

@@ -19,16 +19,18 @@ beginning on every start; an expert already in its row changes nothing.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import threading
 import time
 from pathlib import Path
 from queue import Empty, Queue
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worx.stage import Emit
+
+if TYPE_CHECKING:
+    from topology.expert_registrations import ExpertRegistrations
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +84,7 @@ class DiscoverRunner:
         self.outbox_id = 0
         self.processed = 0
         self.external: Queue = Queue()  # domain rows written by others (expert ids)
-        self.registrations: Queue = Queue()  # ExpertRegistration records of worx.experts
-        self.waiting: dict[str, Any] = {}  # registrations whose domain row is not here yet
+        self.registrations: ExpertRegistrations | None = None  # follows worx.experts
 
     # ---------------------------------------------------------------- state file
     def _write(self, outbox: list[dict[str, Any]]) -> None:
@@ -146,17 +147,14 @@ class DiscoverRunner:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         from topology.domain_follower import DomainFollower
+        from topology.expert_registrations import ExpertRegistrations
         from topology.kafka import carries_record, make_consumer, to_message
         from topology.runner import apply_stage
 
         stop = stop or threading.Event()
         self.recover()
-        from experts.records import ExpertRegistration
-
         follower = DomainFollower(self.conf, self.topics.domains, self.external.put).start()
-        experts = DomainFollower(
-            self.conf, self.topics.experts, self.registrations.put, ExpertRegistration
-        ).start()
+        self.registrations = ExpertRegistrations(self.conf, self.topics.experts).start()
         consumer = make_consumer(
             self.conf, f"{self.topics.prefix}-discover", **{"enable.auto.commit": False}
         )  # offsets live in the snapshot
@@ -203,7 +201,7 @@ class DiscoverRunner:
             if self.processed:
                 self._write([])
             follower.stop()
-            experts.stop()
+            self.registrations.stop()
             consumer.close()
             self.producer.flush(30)
 
@@ -214,31 +212,7 @@ class DiscoverRunner:
                 self.stage.apply_domain(self.external.get_nowait())
             except Empty:
                 break
-        while True:
-            try:
-                registration = self.registrations.get_nowait()
-            except Empty:
-                break
-            self.waiting[registration.expert_id] = registration
-        outbox = []
-        for registration in list(self.waiting.values()):
-            row = self.stage.table.get(registration.domain_id)
-            if row is None:
-                continue  # its domain row has not arrived yet: it waits
-            del self.waiting[registration.expert_id]
-            if registration.expert_id in row.expert_ids:
-                continue  # known already (registrations are replayed on every start)
-            expert_ids = [*row.expert_ids, registration.expert_id]
-            self.stage.apply_domain(dataclasses.replace(row, expert_ids=expert_ids))
-            updated = self.stage.table.get(registration.domain_id)
-            log.info(
-                "discover: domain %s has experts %s (version %d)",
-                updated.domain_id,
-                updated.expert_ids,
-                updated.version,
-            )
-            outbox.append(_outbox_item(Emit("domains", updated.domain_id, updated)))
-        return outbox
+        return [_outbox_item(e) for e in self.registrations.apply(self.stage)]
 
 
 def _outbox_item(emit: Emit) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Delivery, as in `worx discover`: the state and the offsets it covers are written
 JSON snapshot (``<data_dir>/discover/state.json``) *before* an event's outputs are sent;
 on start the snapshot is restored and the consumer is sought to the saved offsets when
 partitions are assigned, and events the snapshot already covers are skipped. Run one
-worker with this agent (discover is one logical instance).
+worker with this agent (discover is one logical instance). Like `worx discover` it
+follows worx.experts, adding each expert to its domain's row, but it applies
+registrations only when a routed event arrives.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from router.discover import DiscoverStage
+from topology.expert_registrations import ExpertRegistrations
 from topology.faust_agents import raw_topic
+from topology.faust_agents.route import bootstrap_of
+from topology.kafka import client_conf
 from topology.runner import apply_stage
 from worx.atomic import atomic_write_bytes
 from worx.stage import Message
@@ -56,17 +61,32 @@ def register(app: faust.App, config: WorxConfig, topics: Topics) -> None:
             if tp.topic == topics.routed and offset is not None:
                 await app.consumer.seek(tp, offset)
 
+    followers: dict[str, ExpertRegistrations] = {}
+
+    @app.task
+    async def follow_experts() -> None:
+        conf = client_conf(config.kafka, bootstrap_of(app))
+        followers["experts"] = ExpertRegistrations(conf, topics.experts).start()
+        log.info("discover agent follows %s", topics.experts)  # (a daemon thread)
+
     async def run(stream: Any) -> None:
         async for event in stream.events():
+            # registrations are applied as routed events arrive (the agent has no timer)
+            experts = followers.get("experts")
+            emits = experts.apply(stage) if experts is not None else []
             msg = event.message
             covered = stage.offsets.get(f"{msg.topic}:{msg.partition}", 0)
-            if msg.offset < covered:
-                continue  # already in the restored state
-            message = Message(value=event.value, key=event.key, topic=msg.topic,
-                              partition=msg.partition, offset=msg.offset,
-                              timestamp_ms=int((msg.timestamp or 0) * 1000))
-            emits = apply_stage(stage, message, "discover")
-            stage.offsets[f"{msg.topic}:{msg.partition}"] = msg.offset + 1
+            if msg.offset >= covered:  # (below: already in the restored state)
+                message = Message(
+                    value=event.value,
+                    key=event.key,
+                    topic=msg.topic,
+                    partition=msg.partition,
+                    offset=msg.offset,
+                    timestamp_ms=int((msg.timestamp or 0) * 1000),
+                )
+                emits.extend(apply_stage(stage, message, "discover"))
+                stage.offsets[f"{msg.topic}:{msg.partition}"] = msg.offset + 1
             if emits or time.monotonic() - last["snapshot"] > config.router.snapshot_every_s:
                 save()  # before anything leaves: a replay re-creates the same ids
             for emit in emits:
