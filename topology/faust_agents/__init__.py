@@ -69,6 +69,19 @@ def raw_topic(app: faust.App, *names: str) -> Any:
     )
 
 
+def to_message(event: Any) -> Message:
+    """The stage-facing view of a Faust event with raw bytes (see :func:`raw_topic`)."""
+    msg = event.message
+    return Message(
+        value=event.value,
+        key=event.key,
+        topic=msg.topic,
+        partition=msg.partition,
+        offset=msg.offset,
+        timestamp_ms=int((msg.timestamp or 0) * 1000),
+    )
+
+
 def stage_agent(
     app: faust.App,
     stage: Stage,
@@ -93,15 +106,7 @@ def stage_agent(
 
     async def run(stream: Any) -> None:
         async for event in stream.events():
-            msg = event.message
-            message = Message(
-                value=event.value,
-                key=event.key,
-                topic=msg.topic,
-                partition=msg.partition,
-                offset=msg.offset,
-                timestamp_ms=int((msg.timestamp or 0) * 1000),
-            )
+            message = to_message(event)
             for emit in apply_stage(stage, message, stage_name):
                 key = emit.key.encode() if emit.key is not None else None
                 await output(emit.topic).send(key=key, value=emit.record.to_json())

@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from router.discover import DiscoverStage
 from topology.expert_registrations import ExpertRegistrations
-from topology.faust_agents import raw_topic
+from topology.faust_agents import raw_topic, to_message
 from topology.faust_agents.route import bootstrap_of
 from topology.kafka import client_conf
 from topology.runner import apply_stage
 from worx.atomic import atomic_write_bytes
-from worx.stage import Message
 
 if TYPE_CHECKING:
     import faust
@@ -77,15 +76,7 @@ def register(app: faust.App, config: WorxConfig, topics: Topics) -> None:
             msg = event.message
             covered = stage.offsets.get(f"{msg.topic}:{msg.partition}", 0)
             if msg.offset >= covered:  # (below: already in the restored state)
-                message = Message(
-                    value=event.value,
-                    key=event.key,
-                    topic=msg.topic,
-                    partition=msg.partition,
-                    offset=msg.offset,
-                    timestamp_ms=int((msg.timestamp or 0) * 1000),
-                )
-                emits.extend(apply_stage(stage, message, "discover"))
+                emits.extend(apply_stage(stage, to_message(event), "discover"))
                 stage.offsets[f"{msg.topic}:{msg.partition}"] = msg.offset + 1
             if emits or time.monotonic() - last["snapshot"] > config.router.snapshot_every_s:
                 save()  # before anything leaves: a replay re-creates the same ids

@@ -11,9 +11,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from router.route import RouteStage
-from topology.faust_agents import raw_topic
+from topology.faust_agents import raw_topic, to_message
 from topology.runner import apply_stage
-from worx.stage import Message
 
 if TYPE_CHECKING:
     import faust
@@ -45,11 +44,7 @@ def register(app: faust.App, config: WorxConfig, topics: Topics) -> None:
         # each output is sent (handed to the producer) before the event is acknowledged;
         # Faust flushes the producer before it commits the offset: at least once
         async for event in stream.events():
-            msg = event.message
-            message = Message(value=event.value, key=event.key, topic=msg.topic,
-                              partition=msg.partition, offset=msg.offset,
-                              timestamp_ms=int((msg.timestamp or 0) * 1000))
-            for emit in apply_stage(stage, message, "route"):
+            for emit in apply_stage(stage, to_message(event), "route"):
                 key = emit.key.encode() if emit.key is not None else None
                 await output(emit.topic).send(key=key, value=emit.record.to_json())
 
@@ -59,6 +54,5 @@ def register(app: faust.App, config: WorxConfig, topics: Topics) -> None:
     async def follow_domains() -> None:
         conf = client_conf(config.kafka, bootstrap_of(app))
         follower = DomainFollower(conf, topics.domains, stage.table.apply).start()
-        log.info("route agent follows %s (embedder %s)", topics.domains,
-                 stage.embedder.fingerprint)
+        log.info("route agent follows %s (embedder %s)", topics.domains, stage.embedder.fingerprint)
         stage.follower = follower  # a daemon thread: it ends with the worker process
