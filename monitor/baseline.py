@@ -86,7 +86,9 @@ class DenseBaseline:
         if done > 1 and not saved:
             log.warning(
                 "dense baseline: %d rows done but no saved model in %s; continuing from the "
-                "trunk (the baseline's later rows are not comparable)", done, self._checkpoint,
+                "trunk (the baseline's later rows are not comparable)",
+                done,
+                self._checkpoint,
             )
         self._model, self._tokenizer = load_trainable(source)
         self._model.eval()
@@ -182,6 +184,9 @@ class DenseBaseline:
         if result is not None:
             log.info(
                 "dense baseline step %d (%s): %d tokens in %.1f s",
-                step, domain_id, result.tokens, result.elapsed_s,
+                step,
+                domain_id,
+                result.tokens,
+                result.elapsed_s,
             )
         return out

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 @runtime_checkable
 class Embedder(Protocol):
     """What routing, discovery and the inference gate need from an embedder.

@@ -83,8 +83,10 @@ class IdfTable:
     def from_json(cls, raw: str | bytes) -> IdfTable:
         body = json.loads(raw)
         if not isinstance(body, dict) or body.get("format") != "worx-idf-1":
-            raise ValueError("not a worx IDF table (format 'worx-idf-1'); rebuild it with "
-                             "`python -m router.idf CORPUS_DIR OUT.json`")
+            raise ValueError(
+                "not a worx IDF table (format 'worx-idf-1'); rebuild it with "
+                "`python -m router.idf CORPUS_DIR OUT.json`"
+            )
         hashes = np.frombuffer(base64.b64decode(body["hashes_u64le_b64"]), dtype="<u8")
         idf = np.frombuffer(base64.b64decode(body["idf_f32le_b64"]), dtype="<f4")
         if hashes.shape != idf.shape or (hashes.size > 1 and not np.all(hashes[1:] > hashes[:-1])):
@@ -167,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     from worx.atomic import atomic_write_bytes
 
     atomic_write_bytes(args.out, table.to_json().encode())
-    print(f"{args.out}: {table.hashes.size} features from {table.n_docs} docs, "
-          f"idf_max {table.idf_max:.3f}, sha256 {table.sha256[:12]}")
+    print(
+        f"{args.out}: {table.hashes.size} features from {table.n_docs} docs, "
+        f"idf_max {table.idf_max:.3f}, sha256 {table.sha256[:12]}"
+    )
     return 0
 
 

@@ -40,7 +40,11 @@ class DomainTable:
         # (ids, centroids (K, dim), thresholds (K,), core thresholds (K,), version):
         # swapped as one object, so a reader never sees half an update
         self._index: tuple[list[str], np.ndarray, np.ndarray, np.ndarray, int] = (
-            [], np.zeros((0, 0)), np.zeros(0), np.zeros(0), 0
+            [],
+            np.zeros((0, 0)),
+            np.zeros(0),
+            np.zeros(0),
+            0,
         )
 
     @property

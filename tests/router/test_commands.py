@@ -24,9 +24,14 @@ pytestmark = pytest.mark.broker
 
 
 def _env(kafka_conf: dict, topics, tmp_path: Path) -> dict:
-    return {**os.environ, "WORX_KAFKA__BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
-            "WORX_KAFKA__TOPIC_PREFIX": topics.prefix, "WORX_KAFKA__SESSION_TIMEOUT_MS": "6000",
-            "WORX_ROUTER__JOB_DOCS": "60", "WORX_DATA_DIR": str(tmp_path / "data")}
+    return {
+        **os.environ,
+        "WORX_KAFKA__BOOTSTRAP_SERVERS": kafka_conf["bootstrap.servers"],
+        "WORX_KAFKA__TOPIC_PREFIX": topics.prefix,
+        "WORX_KAFKA__SESSION_TIMEOUT_MS": "6000",
+        "WORX_ROUTER__JOB_DOCS": "60",
+        "WORX_DATA_DIR": str(tmp_path / "data"),
+    }
 
 
 def _phased_docs() -> list[Doc]:
@@ -46,10 +51,22 @@ def test_route_and_discover_commands_find_both_domains(kafka_conf, topics, tmp_p
     docs = _phased_docs()
     _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), 0) for d in docs])
     cli = [sys.executable, "-m", "topology.cli"]
-    route = subprocess.Popen([*cli, "route"], cwd=ROOT, env=env, stderr=subprocess.PIPE,
-                             stdout=subprocess.DEVNULL, text=True)
-    discover = subprocess.Popen([*cli, "discover"], cwd=ROOT, env=env, stderr=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, text=True)
+    route = subprocess.Popen(
+        [*cli, "route"],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    discover = subprocess.Popen(
+        [*cli, "discover"],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
     jobs = TopicReader(kafka_conf, topics.train, TrainJob)
     try:
         found = jobs.until(lambda records: len({r.domain_id for r in records}) >= 2, timeout=150)
@@ -60,12 +77,19 @@ def test_route_and_discover_commands_find_both_domains(kafka_conf, topics, tmp_p
     assert discover.returncode == 0, discover_err[-2000:]
     assert "promotion" in discover_err
     labels = {d.doc_id: d.label for d in docs}
-    majority = sorted(Counter(labels[i] for i in job.train_doc_ids).most_common(1)[0][0]
-                      for job in found)
+    majority = sorted(
+        Counter(labels[i] for i in job.train_doc_ids).most_common(1)[0][0] for job in found
+    )
     assert majority == ["python_code", "scripture"]
     assert (tmp_path / "data" / "discover" / "state.json").exists()
-    listing = subprocess.run([*cli, "domains", "--json", "--wait", "2"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=120)
+    listing = subprocess.run(
+        [*cli, "domains", "--json", "--wait", "2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert listing.returncode == 0, listing.stderr[-2000:]
     rows = [json.loads(line) for line in listing.stdout.splitlines()]
     assert sorted(r["label_hint"] for r in rows) == ["python_code", "scripture"]
@@ -81,8 +105,14 @@ def test_faust_agents_register_and_route(kafka_conf, topics, tmp_path):
     docs = _phased_docs()
     _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), i % 2) for i, d in enumerate(docs)])
     command = [sys.executable, "-m", "topology.cli", "stream", "--agents", "route,discover"]
-    stream = subprocess.Popen(command, cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
-                              stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    stream = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
     routed = TopicReader(kafka_conf, topics.routed, RoutedDoc, partitions=2)
     jobs = TopicReader(kafka_conf, topics.train, TrainJob)
     domains = TopicReader(kafka_conf, topics.domains, DomainRecord)
@@ -90,8 +120,13 @@ def test_faust_agents_register_and_route(kafka_conf, topics, tmp_path):
         routed.until(lambda records: len({r.doc_id for r in records}) >= len(docs), timeout=150)
         found = jobs.until(lambda records: len({r.domain_id for r in records}) >= 1, timeout=120)
         # an expert registered for that domain reaches its row with the next routed events
-        expert = ExpertRegistration(expert_id="e-faust", domain_id=found[0].domain_id,
-                                    sha256="0" * 64, trunk_fingerprint="t", centroid=[1.0])
+        expert = ExpertRegistration(
+            expert_id="e-faust",
+            domain_id=found[0].domain_id,
+            sha256="0" * 64,
+            trunk_fingerprint="t",
+            centroid=[1.0],
+        )
         _produce(kafka_conf, topics.experts, [(expert.expert_id, expert.to_json(), 0)])
         _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), 0) for d in docs[:20]])
         domains.until(lambda rows: any(r.expert_ids == ["e-faust"] for r in rows), timeout=120)

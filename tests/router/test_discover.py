@@ -70,8 +70,9 @@ def test_stationary_stream_fires_nothing(phased: tuple[Loop, list], scenario: Sc
         loop.feed(doc)
     fired = [e.record for _, e in loop.emits[before:] if e.topic in ("drift", "train")]
     assert fired == []
-    assert not [e for _, e in loop.emits[before:] if e.topic == "domains"
-                and e.record.version == 1]  # no new domain
+    assert not [
+        e for _, e in loop.emits[before:] if e.topic == "domains" and e.record.version == 1
+    ]  # no new domain
 
 
 def test_replay_is_deterministic_and_snapshot_resumes_exactly(scenario: Scenario) -> None:

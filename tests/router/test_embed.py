@@ -71,7 +71,10 @@ def test_identical_in_another_process_with_other_hash_seed() -> None:
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run(
         [sys.executable, "-c", script, json.dumps(TEXTS)],
-        capture_output=True, text=True, env=env, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     ).stdout
     there = np.asarray(json.loads(out), dtype=np.float32)
     assert np.array_equal(here, there)

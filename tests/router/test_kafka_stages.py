@@ -37,10 +37,16 @@ class TopicReader:
 
     def __init__(self, conf: dict, topic: str, kind: type, partitions: int = 1) -> None:
         self.kind = kind
-        self.consumer = Consumer({**conf, "group.id": f"reader-{topic}-{time.monotonic_ns()}",
-                                  "enable.auto.commit": False})
-        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)
-                              for p in range(partitions)])
+        self.consumer = Consumer(
+            {
+                **conf,
+                "group.id": f"reader-{topic}-{time.monotonic_ns()}",
+                "enable.auto.commit": False,
+            }
+        )
+        self.consumer.assign(
+            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+        )
         self.records: list = []
 
     def until(self, predicate, timeout: float = 90.0) -> list:
@@ -82,8 +88,16 @@ def test_two_route_workers_agree_after_a_domain_is_added(kafka_conf: dict, topic
     for _ in range(2):
         stage = RouteStage(config, embedder=embedder)
         followers.append(DomainFollower(kafka_conf, topics.domains, stage.table.apply).start())
-        runner = StageRunner(stage, kafka_conf, topics, [topics.docs], f"{topics.prefix}-route",
-                             "route", batch_size=20, session_timeout_ms=6000)
+        runner = StageRunner(
+            stage,
+            kafka_conf,
+            topics,
+            [topics.docs],
+            f"{topics.prefix}-route",
+            "route",
+            batch_size=20,
+            session_timeout_ms=6000,
+        )
         workers.append(runner)
         threads.append(threading.Thread(target=runner.run, args=(stop,), daemon=True))
     for runner in workers:
@@ -101,8 +115,11 @@ def test_two_route_workers_agree_after_a_domain_is_added(kafka_conf: dict, topic
         # keep feeding both partitions until each worker has done part of the work
         while sent < len(docs) and (sent == 0 or min(w.consumed for w in workers) == 0):
             chunk = docs[sent : sent + 40]
-            _produce(kafka_conf, topics.docs,
-                     [(d.doc_id, d.to_json(), i % 2) for i, d in enumerate(chunk)])
+            _produce(
+                kafka_conf,
+                topics.docs,
+                [(d.doc_id, d.to_json(), i % 2) for i, d in enumerate(chunk)],
+            )
             sent += len(chunk)
             reader.until(lambda records, n=sent: len({r.doc_id for r in records}) >= n)
         assert min(w.consumed for w in workers) > 0, "one worker never got a partition"
@@ -126,10 +143,21 @@ def test_two_route_workers_agree_after_a_domain_is_added(kafka_conf: dict, topic
 
 
 def _discover_process(kafka_conf: dict, topics: Topics, snapshot: Path, env: dict):
-    command = [sys.executable, "-m", "topology.cli", "discover", "--bootstrap-servers",
-               kafka_conf["bootstrap.servers"], "--snapshot", str(snapshot), "--batch-size", "25"]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    command = [
+        sys.executable,
+        "-m",
+        "topology.cli",
+        "discover",
+        "--bootstrap-servers",
+        kafka_conf["bootstrap.servers"],
+        "--snapshot",
+        str(snapshot),
+        "--batch-size",
+        "25",
+    ]
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
 
 
 def test_discover_restart_after_sigkill_loses_nothing_duplicates_nothing(
@@ -152,8 +180,12 @@ def test_discover_restart_after_sigkill_loses_nothing_duplicates_nothing(
         msg = Message(b"", topic="t.docs", partition=0, offset=offset)
         [emit] = route.process(msg, Doc(doc_id=doc.doc_id, text=doc.text, label=doc.domain))
         routed.append((doc.doc_id, emit.record.to_json(), 0))
-    env = {**os.environ, "WORX_KAFKA__TOPIC_PREFIX": topics.prefix, "WORX_ROUTER__JOB_DOCS": "80",
-           "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "WORX_KAFKA__TOPIC_PREFIX": topics.prefix,
+        "WORX_ROUTER__JOB_DOCS": "80",
+        "PYTHONPATH": str(ROOT),
+    }
     snapshot = tmp_path / "discover.json"
     jobs = TopicReader(kafka_conf, topics.train, TrainJob)
     half = 260  # past the first domain's job, before the second's

@@ -23,8 +23,9 @@ from worx.stage import Message
 
 
 def row(domain_id: str, centroid: list[float], version: int = 1, **kw) -> DomainRecord:
-    return DomainRecord(domain_id, centroid, kw.pop("threshold", 0.5), 10, 0.8,
-                        version=version, **kw)
+    return DomainRecord(
+        domain_id, centroid, kw.pop("threshold", 0.5), 10, 0.8, version=version, **kw
+    )
 
 
 def test_table_keeps_the_newest_version_and_routes_by_threshold() -> None:
@@ -49,10 +50,15 @@ def test_heldout_split_ranges_and_job_ids_are_deterministic() -> None:
     ids = [f"doc-{i}" for i in range(2000)]
     held = [d for d in ids if is_heldout(d, 0.1)]
     assert 120 < len(held) < 280 and held == [d for d in ids if is_heldout(d, 0.1)]
-    docs = [{"doc_id": f"d{p}-{o}", "topic": "x.docs", "partition": p, "offset": o}
-            for p, o in [(0, 1), (0, 2), (0, 3), (0, 7), (1, 2)]]
+    docs = [
+        {"doc_id": f"d{p}-{o}", "topic": "x.docs", "partition": p, "offset": o}
+        for p, o in [(0, 1), (0, 2), (0, 3), (0, 7), (1, 2)]
+    ]
     assert [(r.partition, r.start, r.end) for r in offset_ranges(docs)] == [
-        (0, 1, 4), (0, 7, 8), (1, 2, 3)]
+        (0, 1, 4),
+        (0, 7, 8),
+        (1, 2, 3),
+    ]
     job = make_train_job("dom-1", "new_domain", docs, [0.6, 0.8], heldout_fraction=0.5)
     again = make_train_job("dom-1", "new_domain", list(reversed(docs)), [0.6, 0.8], 0.5)
     assert job.job_id == again.job_id
@@ -68,8 +74,7 @@ def test_detector_default_is_quiet_on_stationary_noise_and_fires_on_a_rise() -> 
     assert not any(novelty.update(float(rng.random() < 0.1)) for _ in range(20_000))
     fired = next(i for i in range(1000) if novelty.update(1.0))
     assert fired < 100
-    distance = Detector(config.distance_delta, config.distance_threshold,
-                        config.detector_min_docs)
+    distance = Detector(config.distance_delta, config.distance_threshold, config.detector_min_docs)
     assert not any(distance.update(rng.gauss(0.0, 1.0)) for _ in range(20_000))
     assert any(distance.update(rng.gauss(2.0, 1.0)) for _ in range(200))
 
@@ -95,8 +100,7 @@ def test_stage_contract_snapshot_round_trip_and_determinism(make) -> None:
             msg = Message(b"", topic="t", partition=0, offset=i, timestamp_ms=i)
             record = Doc(doc_id=d.doc_id, text=d.text, label=d.domain)
             if isinstance(stage, DiscoverStage):
-                record = RoutedDoc(d.doc_id, None, 0.0, "t.docs", 0, i, text=d.text,
-                                   label=d.domain)
+                record = RoutedDoc(d.doc_id, None, 0.0, "t.docs", 0, i, text=d.text, label=d.domain)
             out += [(e.topic, e.record.to_json()) for e in stage.process(msg, record)]
         return out
 

@@ -14,10 +14,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the latest row of every domain. The topic is read until nothing new arrives for "
         "--wait seconds (the embedded broker cannot report end offsets reliably).",
     )
-    parser.add_argument("--bootstrap-servers",
-                        help="Kafka cluster (default: kafka.bootstrap_servers)")
-    parser.add_argument("--wait", type=float, default=3.0,
-                        help="stop reading after this many quiet seconds (default 3)")
+    parser.add_argument(
+        "--bootstrap-servers", help="Kafka cluster (default: kafka.bootstrap_servers)"
+    )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=3.0,
+        help="stop reading after this many quiet seconds (default 3)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per domain")
     parser.set_defaults(func=run)
 
@@ -58,13 +63,31 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(body))
         return 0
     out = Table(title=f"{len(rows)} domain(s) on {Topics(config.kafka.topic_prefix).domains}")
-    for column in ("domain", "status", "label hint", "size", "cohesion", "threshold",
-                   "core thr.", "version", "experts", "parent"):
+    for column in (
+        "domain",
+        "status",
+        "label hint",
+        "size",
+        "cohesion",
+        "threshold",
+        "core thr.",
+        "version",
+        "experts",
+        "parent",
+    ):
         out.add_column(column)
     for row in rows:
-        out.add_row(row.domain_id, row.status, row.label_hint or "", str(row.size),
-                    f"{row.cohesion:.3f}", f"{row.threshold:.3f}", f"{row.core_threshold:.3f}",
-                    str(row.version), ", ".join(row.expert_ids) or "-",
-                    row.parent_domain_id or "")
+        out.add_row(
+            row.domain_id,
+            row.status,
+            row.label_hint or "",
+            str(row.size),
+            f"{row.cohesion:.3f}",
+            f"{row.threshold:.3f}",
+            f"{row.core_threshold:.3f}",
+            str(row.version),
+            ", ".join(row.expert_ids) or "-",
+            row.parent_domain_id or "",
+        )
     Console().print(out)
     return 0

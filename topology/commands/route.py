@@ -29,7 +29,9 @@ def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
         help="Kafka cluster (default: kafka.bootstrap_servers; start one with `worx broker`)",
     )
     parser.add_argument(
-        "--idle-timeout", type=float, default=None,
+        "--idle-timeout",
+        type=float,
+        default=None,
         help="exit after this many seconds without input (default: run until stopped)",
     )
     parser.add_argument("--batch-size", type=int, default=200, help="messages per commit")
@@ -61,17 +63,31 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     conf = client_conf(config.kafka, servers_of(config, args))
     prefix = config.kafka.topic_prefix
-    ensure_topics(conf, prefix=prefix, partitions=config.kafka.partitions,
-                  replication_factor=config.kafka.replication_factor)
+    ensure_topics(
+        conf,
+        prefix=prefix,
+        partitions=config.kafka.partitions,
+        replication_factor=config.kafka.replication_factor,
+    )
     topics = Topics(prefix)
     stage = RouteStage(config.router)
     follower = DomainFollower(conf, topics.domains, stage.table.apply).start()
     runner = StageRunner(
-        stage, conf, topics, [topics.docs], group_id=f"{prefix}-route", stage_name="route",
-        batch_size=args.batch_size, session_timeout_ms=config.kafka.session_timeout_ms,
+        stage,
+        conf,
+        topics,
+        [topics.docs],
+        group_id=f"{prefix}-route",
+        stage_name="route",
+        batch_size=args.batch_size,
+        session_timeout_ms=config.kafka.session_timeout_ms,
     )
-    log.info("route worker: %s -> %s, embedder %s", topics.docs, topics.routed,
-             stage.embedder.fingerprint)
+    log.info(
+        "route worker: %s -> %s, embedder %s",
+        topics.docs,
+        topics.routed,
+        stage.embedder.fingerprint,
+    )
     stop_on_sigterm()
     stop = threading.Event()
     try:
