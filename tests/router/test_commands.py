@@ -39,6 +39,12 @@ def _phased_docs() -> list[Doc]:
     return [Doc(doc_id=d.doc_id, text=d.text, label=d.domain) for d in stream]
 
 
+def _spawn(command: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+
+
 def _stop(process: subprocess.Popen) -> str:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -51,22 +57,7 @@ def test_route_and_discover_commands_find_both_domains(kafka_conf, topics, tmp_p
     docs = _phased_docs()
     _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), 0) for d in docs])
     cli = [sys.executable, "-m", "topology.cli"]
-    route = subprocess.Popen(
-        [*cli, "route"],
-        cwd=ROOT,
-        env=env,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    discover = subprocess.Popen(
-        [*cli, "discover"],
-        cwd=ROOT,
-        env=env,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
+    route, discover = (_spawn([*cli, command], env) for command in ("route", "discover"))
     jobs = TopicReader(kafka_conf, topics.train, TrainJob)
     try:
         found = jobs.until(lambda records: len({r.domain_id for r in records}) >= 2, timeout=150)
