@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+
+if TYPE_CHECKING:
+    from topology.config import KafkaConfig
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +92,17 @@ class Topics:
 
     def all(self) -> list[str]:
         return [self.name(spec.suffix) for spec in TOPICS]
+
+
+def ensure_configured_topics(admin_conf: dict[str, str], kafka: KafkaConfig) -> list[str]:
+    """:func:`ensure_topics` with the ``[kafka]`` section's prefix, partitions and
+    replication factor (every command that creates topics goes through here)."""
+    return ensure_topics(
+        admin_conf,
+        prefix=kafka.topic_prefix,
+        partitions=kafka.partitions,
+        replication_factor=kafka.replication_factor,
+    )
 
 
 def ensure_topics(

@@ -225,17 +225,12 @@ def run(args: argparse.Namespace) -> int:
     from topology.commands.route import servers_of
     from topology.config import load_config
     from topology.kafka import client_conf
-    from topology.topics import Topics, ensure_topics
+    from topology.topics import Topics, ensure_configured_topics
 
     config = load_config(args.config)
     conf = client_conf(config.kafka, servers_of(config, args))
     prefix = config.kafka.topic_prefix
-    ensure_topics(
-        conf,
-        prefix=prefix,
-        partitions=config.kafka.partitions,
-        replication_factor=config.kafka.replication_factor,
-    )
+    ensure_configured_topics(conf, config.kafka)
     snapshot = args.snapshot or Path(config.data_dir) / "discover" / "state.json"
     runner = DiscoverRunner(
         DiscoverStage(config.router),

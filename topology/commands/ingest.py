@@ -78,18 +78,13 @@ def destination(config: Any, bootstrap_servers: str | None = None) -> Iterator[t
     """Yield (bootstrap servers, embedded?) with every worx topic created there."""
     from topology.broker import bootstrap
     from topology.kafka import client_conf
-    from topology.topics import ensure_topics
+    from topology.topics import ensure_configured_topics
 
     configured = (
         bootstrap_servers if bootstrap_servers is not None else config.kafka.bootstrap_servers
     )
     with bootstrap(configured) as servers:
-        ensure_topics(
-            client_conf(config.kafka, servers),
-            prefix=config.kafka.topic_prefix,
-            partitions=config.kafka.partitions,
-            replication_factor=config.kafka.replication_factor,
-        )
+        ensure_configured_topics(client_conf(config.kafka, servers), config.kafka)
         yield servers, not configured
 
 

@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
     from topology.domain_follower import DomainFollower
     from topology.kafka import client_conf
     from topology.runner import StageRunner
-    from topology.topics import Topics, ensure_topics
+    from topology.topics import Topics, ensure_configured_topics
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -115,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
     with bootstrap(args.bootstrap_servers or config.kafka.bootstrap_servers) as servers:
         conf = client_conf(config.kafka, servers)
         prefix = config.kafka.topic_prefix
-        ensure_topics(conf, prefix=prefix, partitions=config.kafka.partitions)
+        ensure_configured_topics(conf, config.kafka)
         stage = build_monitor(config, root, conf, args.trunk, args.store)
         if args.evaluate:
             stage.evaluate_now()

@@ -58,17 +58,12 @@ def run(args: argparse.Namespace) -> int:
     from topology.domain_follower import DomainFollower
     from topology.kafka import client_conf
     from topology.runner import StageRunner
-    from topology.topics import Topics, ensure_topics
+    from topology.topics import Topics, ensure_configured_topics
 
     config = load_config(args.config)
     conf = client_conf(config.kafka, servers_of(config, args))
     prefix = config.kafka.topic_prefix
-    ensure_topics(
-        conf,
-        prefix=prefix,
-        partitions=config.kafka.partitions,
-        replication_factor=config.kafka.replication_factor,
-    )
+    ensure_configured_topics(conf, config.kafka)
     topics = Topics(prefix)
     stage = RouteStage(config.router)
     follower = DomainFollower(conf, topics.domains, stage.table.apply).start()

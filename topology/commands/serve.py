@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from topology.domain_follower import DomainFollower
     from topology.http_api import make_http_server, serve_in_thread
     from topology.kafka import client_conf
-    from topology.topics import Topics, ensure_topics
+    from topology.topics import Topics, ensure_configured_topics
 
     log = logging.getLogger("worx.serve")
     config = load_config(args.config)
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     with bootstrap(args.bootstrap_servers or config.kafka.bootstrap_servers) as servers:
         conf = client_conf(config.kafka, servers)
         prefix = config.kafka.topic_prefix
-        ensure_topics(conf, prefix=prefix, partitions=config.kafka.partitions)
+        ensure_configured_topics(conf, config.kafka)
         topics = Topics(prefix)
         # the domains first: a registered expert is only reachable through its domain's row
         domains = DomainFollower(conf, topics.domains, server.domains.apply).start()

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from topology.broker import bootstrap
     from topology.config import ConfigError, load_config
     from topology.kafka import client_conf
-    from topology.topics import Topics, ensure_topics
+    from topology.topics import Topics, ensure_configured_topics
     from trainer.recipe import resolve_device
     from trainer.worker import TrainWorker
 
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with bootstrap(args.bootstrap_servers or config.kafka.bootstrap_servers) as servers:
         conf = client_conf(config.kafka, servers)
-        ensure_topics(conf, prefix=config.kafka.topic_prefix, partitions=config.kafka.partitions)
+        ensure_configured_topics(conf, config.kafka)
         worker = TrainWorker(
             conf,
             Topics(config.kafka.topic_prefix),

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from topology.kafka import client_conf
     from topology.loop import LoopOptions, StageFailed, start_loop, watch_live
     from topology.supervisor import ChildSpec, worx_argv
-    from topology.topics import ensure_topics
+    from topology.topics import ensure_configured_topics
 
     config = load_config(args.config)
     if not config.kafka.bootstrap_servers:
@@ -48,12 +48,7 @@ def run(args: argparse.Namespace) -> int:
             "ingest.text_field / id_field), or pass --no-connect to feed worx.docs yourself"
         )
     conf = client_conf(config.kafka, config.kafka.bootstrap_servers)
-    ensure_topics(
-        conf,
-        prefix=config.kafka.topic_prefix,
-        partitions=config.kafka.partitions,
-        replication_factor=config.kafka.replication_factor,
-    )
+    ensure_configured_topics(conf, config.kafka)
     options = LoopOptions(
         bootstrap_servers=config.kafka.bootstrap_servers,
         run_dir=Path(config.data_dir).resolve(),
