@@ -117,7 +117,7 @@ class HashedTfidfEmbedder:
                 self.idf.char_ngrams,
                 self.char_ngrams,
             )
-        self._fingerprint = self._make_fingerprint()
+        self._fingerprint = config_fingerprint(self.config)
 
     @property
     def config(self) -> dict:
@@ -131,10 +131,6 @@ class HashedTfidfEmbedder:
             "max_chars": self.max_chars,
             "idf_sha256": self.idf.sha256,
         }
-
-    def _make_fingerprint(self) -> str:
-        blob = json.dumps(self.config, sort_keys=True).encode()
-        return f"{self.name}-{hashlib.sha256(blob).hexdigest()[:12]}"
 
     @property
     def fingerprint(self) -> str:
@@ -174,6 +170,13 @@ class HashedTfidfEmbedder:
         out = np.bincount(buckets, weights=weights * signs, minlength=self.dim)  # (dim,)
         norm = np.linalg.norm(out)
         return out / norm if norm > 0 else out
+
+
+def config_fingerprint(config: dict) -> str:
+    """``<config["name"]>-<12 hex>``: a hash of an embedder's ``config`` (everything that
+    determines its vectors), shared by every embedder."""
+    blob = json.dumps(config, sort_keys=True).encode()
+    return f"{config['name']}-{hashlib.sha256(blob).hexdigest()[:12]}"
 
 
 def default_embedder(config: RouterConfig | None = None) -> Embedder:

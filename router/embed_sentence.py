@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from router.embed import config_fingerprint
 from router.embed_trunk import mean_pool
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class SentenceEmbedder:
         self._weights_sha256 = _file_sha256(weights)
         tokenizer_file = root / "tokenizer.json"
         self._tokenizer_sha256 = _file_sha256(tokenizer_file) if tokenizer_file.is_file() else ""
-        self._fingerprint = self._make_fingerprint()
+        self._fingerprint = config_fingerprint(self.config)
         log.info("sentence embedder %s from %s: dim %d", self._fingerprint, root, self.dim)
 
     @property
@@ -155,10 +156,6 @@ class SentenceEmbedder:
             "max_tokens": self.max_tokens,
             "dim": self.dim,
         }
-
-    def _make_fingerprint(self) -> str:
-        blob = json.dumps(self.config, sort_keys=True).encode()
-        return f"{self.name}-{hashlib.sha256(blob).hexdigest()[:12]}"
 
     @property
     def fingerprint(self) -> str:

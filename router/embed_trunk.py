@@ -21,12 +21,12 @@ Example
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from pathlib import Path
 
 import numpy as np
+
+from router.embed import config_fingerprint
 
 try:
     import torch
@@ -106,7 +106,7 @@ class TrunkEmbedder:
         self.max_tokens = int(max_tokens)
         self.batch_size = int(batch_size)
         self.dim = int(self.trunk.hidden_size)
-        self._fingerprint = self._make_fingerprint()
+        self._fingerprint = config_fingerprint(self.config)
         log.info("trunk embedder %s: layer %d, dim %d", self._fingerprint, self.layer, self.dim)
 
     @property
@@ -119,10 +119,6 @@ class TrunkEmbedder:
             "max_tokens": self.max_tokens,
             "dim": self.dim,
         }
-
-    def _make_fingerprint(self) -> str:
-        blob = json.dumps(self.config, sort_keys=True).encode()
-        return f"{self.name}-{hashlib.sha256(blob).hexdigest()[:12]}"
 
     @property
     def fingerprint(self) -> str:
