@@ -21,6 +21,18 @@ from topology.faust_agents import AgentNotConfigured, available
 from topology.faust_app import create_app
 
 
+def _stream_env(broker, topics, source: str, tmp_path) -> dict:
+    """Environment of a `worx stream --agents normalise` worker reading ``source``."""
+    return {
+        **os.environ,
+        "WORX_KAFKA__BOOTSTRAP_SERVERS": broker.bootstrap_servers,
+        "WORX_KAFKA__TOPIC_PREFIX": topics.prefix,
+        "WORX_KAFKA__SESSION_TIMEOUT_MS": "6000",
+        "WORX_INGEST__SOURCE_TOPICS": source,
+        "WORX_DATA_DIR": str(tmp_path / "data"),
+    }
+
+
 def config_with(tmp_path, **ingest) -> WorxConfig:
     config = WorxConfig(data_dir=str(tmp_path / "data"))
     return dataclasses.replace(config, ingest=dataclasses.replace(config.ingest, **ingest))
@@ -92,14 +104,7 @@ def test_worx_stream_runs_normalise_at_least_once_and_dead_letters(
         producer.produce(source, value)
     assert producer.flush(10) == 0
 
-    env = {
-        **os.environ,
-        "WORX_KAFKA__BOOTSTRAP_SERVERS": broker.bootstrap_servers,
-        "WORX_KAFKA__TOPIC_PREFIX": topics.prefix,
-        "WORX_KAFKA__SESSION_TIMEOUT_MS": "6000",
-        "WORX_INGEST__SOURCE_TOPICS": source,
-        "WORX_DATA_DIR": str(tmp_path / "data"),
-    }
+    env = _stream_env(broker, topics, source, tmp_path)
     cmd = [sys.executable, "-m", "topology.cli", "stream", "--agents", "normalise"]
     worker = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
@@ -131,14 +136,7 @@ def test_worx_stream_killed_with_sigkill_then_restarted_loses_nothing(
     for i in range(total):
         producer.produce(source, json.dumps({"id": f"k{i}", "text": f"kill test {i}"}).encode())
     assert producer.flush(10) == 0
-    env = {
-        **os.environ,
-        "WORX_KAFKA__BOOTSTRAP_SERVERS": broker.bootstrap_servers,
-        "WORX_KAFKA__TOPIC_PREFIX": topics.prefix,
-        "WORX_KAFKA__SESSION_TIMEOUT_MS": "6000",
-        "WORX_INGEST__SOURCE_TOPICS": source,
-        "WORX_DATA_DIR": str(tmp_path / "data"),
-    }
+    env = _stream_env(broker, topics, source, tmp_path)
     cmd = [sys.executable, "-m", "topology.cli", "stream", "--agents", "normalise"]
     first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
     try:
