@@ -18,6 +18,13 @@ from topology.kafka import DeliveryTracker
 pytestmark = pytest.mark.broker
 
 
+def _config(topics) -> WorxConfig:
+    """The defaults, on this test's topic prefix, with a short session timeout."""
+    config = WorxConfig()
+    kafka = dataclasses.replace(config.kafka, topic_prefix=topics.prefix, session_timeout_ms=6000)
+    return dataclasses.replace(config, kafka=kafka)
+
+
 def make_source(kafka_conf: dict, name: str, values: list[tuple[bytes | None, bytes]]) -> None:
     admin = AdminClient(kafka_conf)
     admin.create_topics([NewTopic(name, num_partitions=2, replication_factor=1)])[name].result(10)
@@ -63,13 +70,7 @@ def test_connector_moves_company_topic_to_docs_and_dlq(
         bad = [(b"k1", b"\xff\xfe\xfd"), (b"k2", b"   "), (b"k3", b"")]
         expected_bad = {"invalid_utf8", "empty_text", "empty_message"}
     make_source(kafka_conf, source, good + bad)
-    config = WorxConfig()
-    config = dataclasses.replace(
-        config,
-        kafka=dataclasses.replace(
-            config.kafka, topic_prefix=topics.prefix, session_timeout_ms=6000
-        ),
-    )
+    config = _config(topics)
     section = dataclasses.replace(
         config.ingest,
         source_topics=(source,),
@@ -110,13 +111,7 @@ def test_two_connector_processes_share_the_partitions(kafka_conf, topics):
 
     source = f"{topics.prefix}.company.par"
     make_source(kafka_conf, source, [(f"p{i}".encode(), f"text {i}".encode()) for i in range(400)])
-    config = WorxConfig()
-    config = dataclasses.replace(
-        config,
-        kafka=dataclasses.replace(
-            config.kafka, topic_prefix=topics.prefix, session_timeout_ms=6000
-        ),
-    )
+    config = _config(topics)
     section = dataclasses.replace(
         config.ingest,
         source_topics=(source,),
@@ -152,13 +147,7 @@ def test_two_connector_processes_share_the_partitions(kafka_conf, topics):
 def test_idle_timeout_counts_from_the_assignment_not_the_group_join(kafka_conf, topics):
     source = f"{topics.prefix}.company.idle"
     make_source(kafka_conf, source, [(None, b'{"text": "one"}'), (None, b'{"text": "two"}')])
-    config = WorxConfig()
-    config = dataclasses.replace(
-        config,
-        kafka=dataclasses.replace(
-            config.kafka, topic_prefix=topics.prefix, session_timeout_ms=6000
-        ),
-    )
+    config = _config(topics)
     section = dataclasses.replace(config.ingest, source_topics=(source,), source_group="idle")
     runner = build_connector(config, section, kafka_conf["bootstrap.servers"])
     runner.run(idle_timeout_s=1.0)  # the join alone takes longer than that
