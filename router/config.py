@@ -19,6 +19,7 @@ class RouterConfig:
     embed_word_weight: float = 1.0  # weight of the word block vs each n-gram block
     embed_tf_cap: float = 4.0  # cap of the sublinear term frequency 1 + log(tf)
     embed_max_chars: int = 4000  # only this many leading characters are embedded
+    embed_shape_weight: float = 1.5  # weight of the text-form block vs each content block
 
     # --- route: per-domain threshold, learned at promotion from the members' similarities ---
     # threshold = min(quantile, mean - threshold_std * std) of the members' cosines, minus
@@ -49,6 +50,9 @@ class RouterConfig:
     # core mixing several domains is wide, and its threshold would swallow them all)
     belong_level: float = 0.5  # a core whose median member passes threshold + this share of
     # (core_threshold - threshold) of a known domain is that domain's leftovers
+    belong_separation: float = 1.5  # a core whose centroid cosine to a known domain is at
+    # least this times its cohesion is that domain's: it stands apart from the domain by
+    # less than its own members spread (0: off)
     merge_similarity: float = 0.75  # a core this close (cosine of centroids) to a known
     # domain is that domain's, not a new one (subsets of one domain: ~0.9; distinct: < 0.7)
 
@@ -77,6 +81,10 @@ class RouterConfig:
             raise ValueError("router.embed_dim must be >= 8")
         if not self.embed_char_ngrams or any(n < 1 or n > 16 for n in self.embed_char_ngrams):
             raise ValueError("router.embed_char_ngrams must list n-gram orders in 1..16")
+        if self.embed_shape_weight < 0:
+            raise ValueError("router.embed_shape_weight must be >= 0 (0 turns the form block off)")
+        if self.belong_separation < 0:
+            raise ValueError("router.belong_separation must be >= 0 (0 turns the test off)")
         if self.embed_word_weight < 0 or self.embed_tf_cap < 1 or self.embed_max_chars < 1:
             raise ValueError(
                 "router.embed_word_weight must be >= 0, embed_tf_cap >= 1, embed_max_chars >= 1"

@@ -222,10 +222,16 @@ class DiscoverStage:
         """Is the core part of ``domain_id`` rather than a new domain?
 
         Yes when its centroid is as close as a sample of the domain's own would be
-        (``merge_similarity``), or when most of its members would pass the domain's own
-        threshold (a mode of the domain's tail, not something new).
+        (``merge_similarity``), when it does not stand apart from the domain by more than
+        its own members spread (``belong_separation``: centroid cosine to the domain >=
+        that share of the core's cohesion; a loose chain of known domains' tails), or when
+        most of its members would pass the domain's own threshold (a mode of the domain's
+        tail, not something new).
         """
         if centroid_sim >= self.config.merge_similarity:
+            return True
+        separation = self.config.belong_separation
+        if separation > 0 and centroid_sim >= separation * cand.cohesion:
             return True
         row = self.table.get(domain_id)
         member_sims = self.clusterer.vectors[cand.members] @ np.asarray(row.centroid, np.float32)

@@ -19,6 +19,7 @@ _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _POLY = np.uint64(0x100000001B3)  # FNV prime, multiplier of the rolling n-gram hash
 _S33 = np.uint64(33)
 _WORD_SALT = zlib.crc32(b"word:")
+_SHAPE_SALT = np.uint64(0x5348415045000000)  # "SHAPE": shape n-grams never share a content key
 
 
 def fmix64(h: np.ndarray) -> np.ndarray:
@@ -44,6 +45,51 @@ def ngram_hashes(data: np.ndarray, n: int) -> np.ndarray:
 def normalise_text(text: str, max_chars: int) -> str:
     """Lower-case, collapse whitespace, keep the first ``max_chars`` characters."""
     return _SPACE.sub(" ", text[:max_chars].lower()).strip()
+
+
+# Form of a text ("shape"): every ASCII letter becomes "a" or "A", every digit "0", runs
+# of one letter class, of digits or of spaces collapse to one symbol, everything else
+# stays. Texts laid out alike (code, tables, "term: definition" lists, dialogue) then share
+# features whatever their words. Case and leading whitespace survive (the content
+# features drop both): "    def f(x):" -> " a a(a):", "Hello World" -> "Aa Aa".
+_ASCII_CLASSES = str.maketrans(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789\t\r\f\v",
+    "A" * 26 + "a" * 26 + "0" * 10 + "    ",
+)
+_RUN_SYMBOLS = np.array([ord("a"), ord("A"), ord("0"), ord(" ")], dtype=np.uint32)
+_LOWER = np.uint32(ord("a"))
+
+
+def shape_codes(text: str, max_chars: int) -> np.ndarray:
+    """The form of ``text[:max_chars]`` as code points; returns ``(L,)`` uint32.
+
+    A non-ASCII letter counts as ``"a"``; other non-ASCII characters (curly quotes,
+    dashes, symbols) stay themselves.
+    """
+    classes = text[:max_chars].translate(_ASCII_CLASSES)
+    codes = np.frombuffer(classes.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    wide = codes >= 128
+    if wide.any():
+        codes = codes.copy()
+        letters = [c for c in np.unique(codes[wide]).tolist() if chr(c).isalpha()]
+        codes[np.isin(codes, letters)] = _LOWER
+    if codes.size < 2:
+        return codes
+    keep = np.ones(codes.size, dtype=bool)  # (L,)
+    keep[1:] = (codes[1:] != codes[:-1]) | ~np.isin(codes[1:], _RUN_SYMBOLS)
+    return codes[keep]
+
+
+def shape_text(text: str, max_chars: int) -> str:
+    """:func:`shape_codes` as a string (for reading; hashing uses the codes)."""
+    return shape_codes(text, max_chars).tobytes().decode("utf-32-le")
+
+
+def shape_hashes(text: str, max_chars: int, ngrams: tuple[int, ...]) -> np.ndarray:
+    """Hashes of the n-grams of orders ``ngrams`` of :func:`shape_codes`, one array."""
+    codes = shape_codes(text, max_chars).astype(np.uint64)  # (L,)
+    blocks = [ngram_hashes(codes, n) for n in ngrams]
+    return fmix64(np.concatenate(blocks) ^ _SHAPE_SALT) if blocks else np.empty(0, np.uint64)
 
 
 def feature_blocks(text: str, char_ngrams: tuple[int, ...]) -> list[np.ndarray]:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from router.features import feature_blocks, normalise_text
+from router.features import feature_blocks, normalise_text, shape_hashes
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class IdfTable:
     min_df: float
     char_ngrams: tuple[int, ...]
     max_chars: int
+    shape_ngrams: tuple[int, ...] = ()  # form n-gram orders counted too (router.features)
 
     @classmethod
     def empty(cls) -> IdfTable:
@@ -74,6 +75,7 @@ class IdfTable:
                 "idf_max": self.idf_max,
                 "char_ngrams": list(self.char_ngrams),
                 "max_chars": self.max_chars,
+                "shape_ngrams": list(self.shape_ngrams),
                 "hashes_u64le_b64": base64.b64encode(self.hashes.astype("<u8").tobytes()).decode(),
                 "idf_f32le_b64": base64.b64encode(self.idf.astype("<f4").tobytes()).decode(),
             }
@@ -99,6 +101,7 @@ class IdfTable:
             min_df=float(body["min_df"]),
             char_ngrams=tuple(int(n) for n in body["char_ngrams"]),
             max_chars=int(body["max_chars"]),
+            shape_ngrams=tuple(int(n) for n in body.get("shape_ngrams", ())),
         )
 
 
@@ -118,13 +121,20 @@ def fit_idf(
     char_ngrams: tuple[int, ...] = (3, 4, 5),
     max_chars: int = 4000,
     min_df: float = 0.01,
+    shape_ngrams: tuple[int, ...] = (2, 3, 4, 5),
 ) -> IdfTable:
-    """Document frequencies of every feature over ``texts``; keep those with df >= min_df."""
+    """Document frequencies of every feature over ``texts``; keep those with df >= min_df.
+
+    Content features (words, byte n-grams) and form features (n-grams of orders
+    ``shape_ngrams`` of :func:`router.features.shape_text`) are counted alike; their
+    hashes never collide (salted).
+    """
     counts: dict[int, int] = {}
     n_docs = 0
     for text in texts:
         n_docs += 1
         blocks = feature_blocks(normalise_text(text, max_chars), char_ngrams)
+        blocks.append(shape_hashes(text, max_chars, shape_ngrams))
         feats = np.unique(np.concatenate(blocks))
         for h in feats.tolist():
             counts[h] = counts.get(h, 0) + 1
@@ -143,6 +153,7 @@ def fit_idf(
         min_df=min_df,
         char_ngrams=tuple(char_ngrams),
         max_chars=max_chars,
+        shape_ngrams=tuple(shape_ngrams),
     )
 
 

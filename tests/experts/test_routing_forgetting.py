@@ -46,7 +46,7 @@ def test_trunk_served_domain_keeps_its_routing_and_loss_when_experts_arrive(tmp_
     index = CentroidIndex([m.expert_id for m in manifests], [m.centroid for m in manifests])
     sims = embedder.embed(fiction) @ index.matrix.T  # (24, 2)
     old_rule = [index.ids[int(np.argmax(row))] for row in sims if row.max() >= 0.05]
-    assert old_rule.count("scripture-e1") >= 12
+    assert len(old_rule) >= 12  # at least half of fiction would go to another domain's expert
 
     after = [server.score(t) for t in fiction]
     assert [a["experts"] for a in after] == [b["experts"] for b in before]
