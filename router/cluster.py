@@ -74,6 +74,11 @@ class NoveltyClusterer:
         A core whose spherical 2-means halves have centroids at cosine below
         ``split_similarity`` (and whose smaller half holds at least ``min_split`` of it)
         chains two groups, reported as its ``parts``.
+    coarse_knn : int
+        Second, coarser resolution: the documents in no core are clustered again with this
+        many neighbours (0: off). A domain made of many unrelated sources (web pages of
+        many sites) has no dense core at ``knn`` for hundreds of documents; at a coarser
+        graph it does, while the cores found at ``knn`` stay exactly as they are.
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class NoveltyClusterer:
         stable_runs: int = 2,
         split_similarity: float = 0.5,
         min_split: float = 0.15,
+        coarse_knn: int = 0,
     ) -> None:
         self.dim = dim
         self.capacity = capacity
@@ -95,6 +101,7 @@ class NoveltyClusterer:
         self.stable_runs = stable_runs
         self.split_similarity = split_similarity  # halves less similar than this: two groups
         self.min_split = min_split  # ...when the smaller half has at least this share
+        self.coarse_knn = coarse_knn
         self.min_group = max(5, min_size // 4)  # smallest group reported (to be absorbed)
         self.vectors = np.zeros((0, dim), dtype=np.float32)  # (n, dim)
         self.items: list[dict[str, Any]] = []  # per buffered doc: doc_id, label, position...
@@ -136,23 +143,18 @@ class NoveltyClusterer:
         belongs to a known domain back to it, and judge the rest on its own.
         """
         n = len(self.items)
-        k = min(self.knn, n - 1)
-        if n < self.min_size or k < 2:
+        if n < self.min_size or min(self.knn, n - 1) < 2:
             self._previous = []
             return []
         sims = self.vectors @ self.vectors.T  # (n, n)
         np.fill_diagonal(sims, -np.inf)
-        neighbours = np.argpartition(-sims, k, axis=1)[:, :k]  # (n, k)
-        adjacency = np.zeros((n, n), dtype=np.float32)  # (n, n) 1 where j is among i's kNN
-        adjacency[np.repeat(np.arange(n), k), neighbours.ravel()] = 1.0
-        shared = adjacency @ adjacency.T  # (n, n) neighbours in common
-        links = (adjacency > 0) & (adjacency.T > 0) & (shared >= self.shared * k)
-        roots = _components(n, np.argwhere(np.triu(links)))
-        cores = []
-        for root in np.unique(roots):
-            members = np.flatnonzero(roots == root)
-            if members.size >= self.min_size:
-                cores.append(members)
+        cores = self._cores(sims, np.arange(n), self.knn)
+        if self.coarse_knn > self.knn:
+            clustered = np.concatenate(cores) if cores else np.empty(0, dtype=np.int64)
+            rest = np.setdiff1d(np.arange(n), clustered)  # (r,) in no core
+            if rest.size >= self.min_size:
+                coarse = self._cores(sims[np.ix_(rest, rest)], rest, self.coarse_knn)
+                cores += [c for c in coarse if len(self._split(c)) == 1]  # chains: not here
         cores.sort(key=lambda m: (-m.size, self.items[int(m[0])]["doc_id"]))
         found = []
         current: list[tuple[frozenset[str], int]] = []
@@ -169,6 +171,27 @@ class NoveltyClusterer:
             found.append(core)
         self._previous = current
         return found
+
+    def _cores(self, sims: np.ndarray, positions: np.ndarray, knn: int) -> list[np.ndarray]:
+        """Components of at least ``min_size`` of the shared-nearest-neighbour graph of
+        ``positions`` (``sims``: their ``(r, r)`` cosines, diagonal -inf); returns arrays
+        of buffer positions."""
+        r = positions.size
+        k = min(knn, r - 1)
+        if r < self.min_size or k < 2:
+            return []
+        neighbours = np.argpartition(-sims, k, axis=1)[:, :k]  # (r, k)
+        adjacency = np.zeros((r, r), dtype=np.float32)  # (r, r) 1 where j is among i's kNN
+        adjacency[np.repeat(np.arange(r), k), neighbours.ravel()] = 1.0
+        shared = adjacency @ adjacency.T  # (r, r) neighbours in common
+        links = (adjacency > 0) & (adjacency.T > 0) & (shared >= self.shared * k)
+        roots = _components(r, np.argwhere(np.triu(links)))
+        cores = []
+        for root in np.unique(roots):
+            members = np.flatnonzero(roots == root)
+            if members.size >= self.min_size:
+                cores.append(positions[members])
+        return cores
 
     def _candidate(self, members: np.ndarray, stable: int) -> Candidate:
         centroid = _unit(self.vectors[members].mean(axis=0))  # (dim,)

@@ -38,6 +38,9 @@ class RouterConfig:
     cluster_every: int = 20  # re-cluster the buffer after this many new novel documents
     cluster_knn: int = 10  # neighbours per document in the shared-nearest-neighbour graph
     cluster_shared: float = 0.3  # fraction of neighbours two linked documents must share
+    cluster_coarse_knn: int = 0  # documents in no core are clustered again with this many
+    # neighbours (0: off): a domain of many unrelated sources has no dense core at
+    # cluster_knn for hundreds of documents
     cluster_split_similarity: float = 0.5  # a core whose 2-means halves are less similar
     # than this chains two groups (halves of one domain: ~0.9): each is judged alone
     promote_min_size: int = 40  # a core needs this many documents to become a domain

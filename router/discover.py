@@ -93,6 +93,7 @@ class DiscoverStage:
             min_size=self.config.promote_min_size,
             stable_runs=self.config.promote_stable_runs,
             split_similarity=self.config.cluster_split_similarity,
+            coarse_knn=self.config.cluster_coarse_knn,
         )
         self.novelty = Detector(
             self.config.novelty_delta, self.config.novelty_threshold, self.config.detector_min_docs
