@@ -143,29 +143,26 @@ class NoveltyClusterer:
         belongs to a known domain back to it, and judge the rest on its own.
         """
         n = len(self.items)
-        if n < self.min_size or min(self.knn, n - 1) < 2:
-            self._previous = []
-            return []
         sims = self.vectors @ self.vectors.T  # (n, n)
         np.fill_diagonal(sims, -np.inf)
-        cores = self._cores(sims, np.arange(n), self.knn)
+        cores = [(m, self._split(m)) for m in self._cores(sims, np.arange(n), self.knn)]
         if self.coarse_knn > self.knn:
-            clustered = np.concatenate(cores) if cores else np.empty(0, dtype=np.int64)
+            clustered = np.concatenate([m for m, _ in cores]) if cores else np.empty(0, np.int64)
             rest = np.setdiff1d(np.arange(n), clustered)  # (r,) in no core
-            if rest.size >= self.min_size:
-                coarse = self._cores(sims[np.ix_(rest, rest)], rest, self.coarse_knn)
-                cores += [c for c in coarse if len(self._split(c)) == 1]  # chains: not here
-        cores.sort(key=lambda m: (-m.size, self.items[int(m[0])]["doc_id"]))
+            for members in self._cores(sims[np.ix_(rest, rest)], rest, self.coarse_knn):
+                groups = self._split(members)
+                if len(groups) == 1:  # a coarse core that chains groups is not reported
+                    cores.append((members, groups))
+        cores.sort(key=lambda core: (-core[0].size, self.items[int(core[0][0])]["doc_id"]))
         found = []
         current: list[tuple[frozenset[str], int]] = []
-        for members in cores:
+        for members, groups in cores:
             ids = frozenset(self.items[int(i)]["doc_id"] for i in members)
             stable = 1 + max(
                 (count for prev, count in self._previous if _jaccard(ids, prev) >= 0.5), default=0
             )
             current.append((ids, stable))
             core = self._candidate(members, stable)
-            groups = self._split(members)
             if len(groups) > 1:
                 core.parts = [self._candidate(g, 0) for g in groups if g.size >= self.min_group]
             found.append(core)
