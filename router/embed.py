@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from router.features import feature_blocks, normalise_text, shape_hashes
+from router.features import SHAPE_NGRAMS, feature_blocks, normalise_text, shape_hashes
 from router.idf import IdfTable, load_default_table
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class HashedTfidfEmbedder:
         max_chars: int = 4000,
         idf: IdfTable | None = None,
         shape_weight: float = 0.0,
-        shape_ngrams: tuple[int, ...] = (2, 3, 4, 5),
+        shape_ngrams: tuple[int, ...] = SHAPE_NGRAMS,
     ) -> None:
         if dim < 8:
             raise ValueError(f"dim must be >= 8, got {dim}")

@@ -56,6 +56,7 @@ _ASCII_CLASSES = str.maketrans(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789\t\r\f\v",
     "A" * 26 + "a" * 26 + "0" * 10 + "    ",
 )
+SHAPE_NGRAMS = (2, 3, 4, 5)  # n-gram orders of the form features (embedder and IDF fitter)
 _RUN_SYMBOLS = np.array([ord("a"), ord("A"), ord("0"), ord(" ")], dtype=np.uint32)
 _LOWER = np.uint32(ord("a"))
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from router.features import feature_blocks, normalise_text, shape_hashes
+from router.features import SHAPE_NGRAMS, feature_blocks, normalise_text, shape_hashes
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def fit_idf(
     char_ngrams: tuple[int, ...] = (3, 4, 5),
     max_chars: int = 4000,
     min_df: float = 0.01,
-    shape_ngrams: tuple[int, ...] = (2, 3, 4, 5),
+    shape_ngrams: tuple[int, ...] = SHAPE_NGRAMS,
 ) -> IdfTable:
     """Document frequencies of every feature over ``texts``; keep those with df >= min_df.
 
