@@ -1,5 +1,8 @@
 """Drift detectors with JSON snapshots: river's Page-Hinkley, state saved field by field.
 
+Build one by name with :func:`make_detector` (as :func:`router.embedders.make_embedder`
+builds embedders); ``page-hinkley`` (:class:`Detector`) is the one there is.
+
 river's detectors are the algorithm; this wrapper only adds a snapshot that is plain
 JSON (no pickle), so the discover stage can save and restore them with its offsets.
 Page-Hinkley was chosen over ADWIN and KSWIN by the figures in ``docs/discovery.md``: it
@@ -18,6 +21,9 @@ True
 >>> twin = Detector(delta=0.05, threshold=10.0)
 >>> twin.restore(det.snapshot()); twin.snapshot() == det.snapshot()
 True
+>>> make_detector("page-hinkley", delta=0.05, threshold=10.0).snapshot() == Detector(
+...     0.05, 10.0).snapshot()
+True
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 from river import drift
 
+DETECTORS = ("page-hinkley",)
 _FIELDS = ("_sum_increase", "_sum_decrease", "_min_increase", "_max_decrease")
 
 
@@ -89,3 +96,26 @@ class Detector:
         self._ph._x_mean.n = float(state["mean_n"])
         self._ph._x_mean._mean = float(state["mean"])
         self.count = int(state["count"])
+
+
+def make_detector(name: str, **kwargs: Any) -> Detector:
+    """Build the drift detector called ``name`` with its keyword arguments.
+
+    Parameters
+    ----------
+    name : {"page-hinkley"}
+        ``page-hinkley``: :class:`Detector` (``delta``, ``threshold``, ``min_instances``).
+    **kwargs
+        The detector's constructor arguments, under their own names.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``name``.
+    TypeError
+        For an argument the detector does not take.
+    """
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key == "page-hinkley":
+        return Detector(**kwargs)
+    raise ValueError(f"unknown detector {name!r}; choose one of {', '.join(DETECTORS)}")

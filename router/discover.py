@@ -10,9 +10,10 @@ It reads every routing decision but only novel documents carry text. For each de
   domain's latest expert;
 - a novel document is embedded and buffered; every ``cluster_every`` novel documents the
   buffer is clustered (:mod:`router.cluster`) and a core that is large, cohesive, stable
-  and not close to a known domain is promoted: a new :class:`DomainRecord` (centroid;
-  threshold = a low quantile of its members' cosines), a ``promotion`` drift event, and,
-  once the domain has gathered ``job_docs`` documents, one ``new_domain`` job.
+  and not close to a known domain is promoted (the rules: :mod:`router.promotion`): a new
+  :class:`DomainRecord` (centroid; threshold = a low quantile of its members' cosines), a
+  ``promotion`` drift event, and, once the domain has gathered ``job_docs`` documents, one
+  ``new_domain`` job.
 
 Rules about arrival (did a core come as a burst?) are measured in the order documents
 entered the system, not the order discover consumes them (see :mod:`router.timeline`).
@@ -26,19 +27,21 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter, deque
 from typing import Any, ClassVar
 
 import numpy as np
 
 from router.cluster import Candidate, NoveltyClusterer
 from router.config import RouterConfig
-from router.detectors import Detector
-from router.embed import Embedder, default_embedder
+from router.detectors import Detector, make_detector
+from router.domain_state import DomainState
+from router.embedders import default_embedder
+from router.embedding import Embedder
 from router.jobs import make_train_job
+from router.promotion import Promotion, arrival_rate
 from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob
 from router.table import DomainTable
-from router.timeline import Key, Timeline, entry_key, window
+from router.timeline import Key, Timeline, entry_key
 from worx.ids import content_hash
 from worx.records import Record
 from worx.stage import Emit, Message
@@ -46,36 +49,6 @@ from worx.stage import Emit, Message
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FORMAT = 2  # 2: entry keys (buffer items, timeline)
-
-
-class _DomainState:
-    """What discover tracks per domain: documents for its job, recent documents, detector."""
-
-    def __init__(self, config: RouterConfig) -> None:
-        self.collected: list[dict] = []  # docs gathered for the first job
-        self.job_id: str | None = None
-        self.recent: deque[dict] = deque(maxlen=config.job_docs)  # for drift jobs
-        self.detector = Detector(
-            config.distance_delta, config.distance_threshold, config.detector_min_docs
-        )
-        self.drift_jobs: list[str] = []
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "collected": self.collected,
-            "job_id": self.job_id,
-            "recent": list(self.recent),
-            "detector": self.detector.snapshot(),
-            "drift_jobs": self.drift_jobs,
-        }
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.collected = list(state["collected"])
-        self.job_id = state["job_id"]
-        self.recent.clear()
-        self.recent.extend(state["recent"])
-        self.detector.restore(state["detector"])
-        self.drift_jobs = list(state["drift_jobs"])
 
 
 class DiscoverStage:
@@ -95,10 +68,14 @@ class DiscoverStage:
             split_similarity=self.config.cluster_split_similarity,
             coarse_knn=self.config.cluster_coarse_knn,
         )
-        self.novelty = Detector(
-            self.config.novelty_delta, self.config.novelty_threshold, self.config.detector_min_docs
+        self.promotion = Promotion(self.config)
+        self.novelty: Detector = make_detector(
+            "page-hinkley",
+            delta=self.config.novelty_delta,
+            threshold=self.config.novelty_threshold,
+            min_instances=self.config.detector_min_docs,
         )
-        self.domains: dict[str, _DomainState] = {}
+        self.domains: dict[str, DomainState] = {}
         self.offsets: dict[str, int] = {}  # "topic:partition" -> next offset to read
         self.seen = 0  # decisions processed (the sequence number of events' windows)
         # when the decided documents entered (arrival rules: see router.timeline); it
@@ -183,61 +160,25 @@ class DiscoverStage:
                         out.extend(self._assigned_quiet(near, doc, now))
                     return out  # positions changed: the other groups wait for the next run
         for cand in candidates:
-            if len(cand.members) < self.config.promote_min_size:
-                continue
-            if cand.stable < self.config.promote_stable_runs:
-                continue
-            if cand.cohesion < self.config.promote_min_cohesion:
-                continue
-            if self._arrival_rate(cand) < self.config.promote_min_rate:
-                continue  # leftovers gathered over a long time, not a new burst
-            if self._threshold(cand.sims) < self.config.promote_min_threshold:
-                continue  # too wide: several domains chained together; wait for more data
-            out.extend(self._promote(cand, now))
-            break  # positions changed: the next group waits for the next run
+            if self.promotion.promotable(cand, self._arrival_rate):
+                out.extend(self._promote(cand, now))
+                break  # positions changed: the next group waits for the next run
         return out
 
     def _arrival_rate(self, cand: Candidate) -> float:
         """Share of the stream the core's documents made up while they arrived."""
-        keys = self._entered(cand)
-        low, high = window(keys, 0.1, 0.9)
-        inside = sum(1 for k in keys if low <= k <= high)
-        return inside / max(1, self.timeline.between(low, high))
+        return arrival_rate(self._entered(cand), self.timeline)
 
     def _entered(self, cand: Candidate) -> list[Key]:
         """Entry keys of a core's members (when their documents entered the system)."""
         return [entry_key(self.clusterer.items[i]["entered"]) for i in cand.members]
 
-    def _threshold(self, sims: np.ndarray) -> float:
-        """The routing threshold learned from a core's member cosines."""
-        sims = sims.astype(np.float64)
-        return (
-            min(
-                float(np.quantile(sims, self.config.threshold_quantile)),
-                float(sims.mean() - self.config.threshold_std * sims.std()),
-            )
-            - self.config.threshold_margin
-        )
-
     def _belongs(self, domain_id: str, centroid_sim: float, cand: Candidate) -> bool:
-        """Is the core part of ``domain_id`` rather than a new domain?
-
-        Yes when its centroid is as close as a sample of the domain's own would be
-        (``merge_similarity``), when it does not stand apart from the domain by more than
-        its own members spread (``belong_separation``: centroid cosine to the domain >=
-        that share of the core's cohesion; a loose chain of known domains' tails), or when
-        most of its members would pass the domain's own threshold (a mode of the domain's
-        tail, not something new).
-        """
-        if centroid_sim >= self.config.merge_similarity:
-            return True
-        separation = self.config.belong_separation
-        if separation > 0 and centroid_sim >= separation * cand.cohesion:
-            return True
+        """Is the core part of ``domain_id`` rather than a new domain? (See
+        :meth:`router.promotion.Promotion.belongs`.)"""
         row = self.table.get(domain_id)
         member_sims = self.clusterer.vectors[cand.members] @ np.asarray(row.centroid, np.float32)
-        bar = row.threshold + self.config.belong_level * (row.core_threshold - row.threshold)
-        return float(np.median(member_sims)) >= bar
+        return self.promotion.belongs(row, centroid_sim, cand, member_sims)
 
     def _assigned_quiet(self, domain_id: str, doc: dict, now: int) -> list[Emit]:
         """Count a document toward its domain's job without feeding the distance detector."""
@@ -251,53 +192,12 @@ class DiscoverStage:
 
     def _promote(self, cand: Candidate, now: int) -> list[Emit]:
         members = [self.clusterer.items[i] for i in cand.members]
-        ids = sorted(d["doc_id"] for d in members)
-        domain_id = "dom-" + content_hash(",".join(ids), length=12)
-        distances = 1.0 - cand.sims.astype(np.float64)  # (m,)
-        sims = cand.sims.astype(np.float64)  # (m,)
-        threshold = self._threshold(sims)
-        core_threshold = float(sims.mean() - self.config.uncertain_std * sims.std())
-        labels = Counter(d["label"] for d in members if d.get("label"))
-        row = DomainRecord(
-            domain_id=domain_id,
-            centroid=[round(float(x), 7) for x in cand.centroid],
-            threshold=round(threshold, 6),
-            size=len(members),
-            cohesion=round(cand.cohesion, 6),
-            embedder=self.embedder.fingerprint,
-            version=1,
-            created_ms=now,
-            label_hint=labels.most_common(1)[0][0] if labels else None,
-            distance_mean=round(float(distances.mean()), 6),
-            distance_std=round(float(distances.std()), 6),
-            core_threshold=round(max(core_threshold, threshold), 6),
-        )
+        row = self.promotion.domain_row(cand, members, self.embedder.fingerprint, now)
+        domain_id = row.domain_id
         self.table.apply(row)
-        self.domains[domain_id] = _DomainState(self.config)
+        self.domains[domain_id] = DomainState(self.config)
         taken, claimed = self._take(cand, domain_id)
-        stats = {
-            "size": float(len(members)),
-            "cohesion": cand.cohesion,
-            "threshold": threshold,
-            "claimed": float(claimed),
-            "stable_runs": float(cand.stable),
-        }
-        event = DriftEvent(
-            event_id="ev-" + content_hash(f"promotion:{domain_id}", length=16),
-            detector="promotion",
-            kind="new_domain",
-            domain_id=domain_id,
-            statistics=stats,
-            window_start_offset=min(d.get("seq", self.seen) for d in taken) if taken else self.seen,
-            window_end_offset=self.seen,
-            created_ms=now,
-        )
-        log.info(
-            "promotion %s",
-            json.dumps(
-                {"domain_id": domain_id, "label_hint": row.label_hint, "seen": self.seen, **stats}
-            ),
-        )
+        event = self.promotion.event(row, cand, taken, claimed, self.seen, now)
         self.novelty.reset()
         self.window_start = self.seen
         out = [Emit("domains", domain_id, row), Emit("drift", event.event_id, event)]
@@ -444,7 +344,7 @@ class DiscoverStage:
         mine = self.table.get(row.domain_id)
         if mine is None:
             if self.table.apply(row):
-                self.domains.setdefault(row.domain_id, _DomainState(self.config))
+                self.domains.setdefault(row.domain_id, DomainState(self.config))
             return
         if row.expert_ids != mine.expert_ids and row.version >= mine.version:
             self.table.apply(
@@ -494,7 +394,7 @@ class DiscoverStage:
             self.table.apply(DomainRecord.from_dict(body))
         self.domains = {}
         for domain_id, body in state["domains"].items():
-            self.domains[domain_id] = _DomainState(self.config)
+            self.domains[domain_id] = DomainState(self.config)
             self.domains[domain_id].restore(body)
         self.novelty.restore(state["novelty"])
         self.clusterer.restore(state["clusterer"])

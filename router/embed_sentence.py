@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from router.embed import config_fingerprint
 from router.embed_trunk import mean_pool
+from router.embedding import config_fingerprint, embed_in_batches
 
 log = logging.getLogger(__name__)
 
@@ -167,24 +167,17 @@ class SentenceEmbedder:
 
         Empty (or whitespace-only) texts give zero rows, as with the default embedder.
         """
-        if isinstance(texts, str):
-            raise TypeError("embed() takes a list of texts, not one string; wrap it: [text]")
+        return embed_in_batches(texts, self.dim, self.batch_size, self._embed_batch)
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        """``(b, dim)`` unit rows for ``b`` non-empty texts: one forward pass."""
         torch = self._torch
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)  # (N, dim)
-        keep = [i for i, text in enumerate(texts) if text.strip()]
-        for start in range(0, len(keep), self.batch_size):
-            rows = keep[start : start + self.batch_size]
-            batch = self.tokenizer(
-                [texts[i] for i in rows],
-                padding=True,
-                truncation=True,
-                max_length=self.max_tokens,
-                return_tensors="pt",
-            )
-            batch = {key: value.to(self.device) for key, value in batch.items()}
-            with torch.inference_mode():
-                hidden = self.model(**batch).last_hidden_state.float()  # (B, T, H)
-                pooled = mean_pool(hidden, batch["attention_mask"])  # (B, H)
-                pooled = torch.nn.functional.normalize(pooled, dim=-1)  # (B, H)
-            out[rows] = pooled.cpu().numpy()
-        return out
+        batch = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt"
+        )
+        batch = {key: value.to(self.device) for key, value in batch.items()}
+        with torch.inference_mode():
+            hidden = self.model(**batch).last_hidden_state.float()  # (B, T, H)
+            pooled = mean_pool(hidden, batch["attention_mask"])  # (B, H)
+            pooled = torch.nn.functional.normalize(pooled, dim=-1)  # (B, H)
+        return pooled.cpu().numpy()

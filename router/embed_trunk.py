@@ -8,7 +8,7 @@ bytes) with the settings, so centroids made with another trunk, layer or length 
 never compared with these vectors.
 
 It needs only what the trunk already needs (torch, transformers); it is an *option*: the
-default embedder (:func:`router.embed.default_embedder`) needs no model. Whichever is
+default embedder (:func:`router.embedders.default_embedder`) needs no model. Whichever is
 chosen, route, discover and the inference gate must all use the same one.
 
 Example
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from router.embed import config_fingerprint
+from router.embedding import config_fingerprint, embed_in_batches
 
 try:
     import torch
@@ -130,27 +130,23 @@ class TrunkEmbedder:
 
         Empty (or whitespace-only) texts give zero rows, as with the default embedder.
         """
-        if isinstance(texts, str):
-            raise TypeError("embed() takes a list of texts, not one string; wrap it: [text]")
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)  # (N, dim)
-        keep = [i for i, text in enumerate(texts) if text.strip()]
-        tokenizer, model = self.trunk.tokenizer, self.trunk.model
-        base = model.base_model  # the decoder without the LM head: no (B, T, vocab) logits
-        for start in range(0, len(keep), self.batch_size):
-            rows = keep[start : start + self.batch_size]
-            batch = tokenizer(
-                [texts[i] for i in rows],
-                padding=True,
-                truncation=True,
-                max_length=self.max_tokens,
-                return_tensors="pt",
-                padding_side="right",  # real tokens never attend to pads (causal mask)
-            )
-            ids = batch["input_ids"].to(self.trunk.device)  # (B, T)
-            mask = batch["attention_mask"].to(self.trunk.device)  # (B, T)
-            with torch.inference_mode():
-                states = base(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-                hidden = states.hidden_states[self.layer].float()  # (B, T, H)
-                pooled = torch.nn.functional.normalize(mean_pool(hidden, mask), dim=-1)  # (B, H)
-            out[rows] = pooled.cpu().numpy()
-        return out
+        return embed_in_batches(texts, self.dim, self.batch_size, self._embed_batch)
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        """``(b, dim)`` unit rows for ``b`` non-empty texts: one forward pass."""
+        batch = self.trunk.tokenizer(
+            texts,
+            padding=True,
+            truncation=True,
+            max_length=self.max_tokens,
+            return_tensors="pt",
+            padding_side="right",  # real tokens never attend to pads (causal mask)
+        )
+        ids = batch["input_ids"].to(self.trunk.device)  # (B, T)
+        mask = batch["attention_mask"].to(self.trunk.device)  # (B, T)
+        base = self.trunk.model.base_model  # the decoder without the LM head: no logits
+        with torch.inference_mode():
+            states = base(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+            hidden = states.hidden_states[self.layer].float()  # (B, T, H)
+            pooled = torch.nn.functional.normalize(mean_pool(hidden, mask), dim=-1)  # (B, H)
+        return pooled.cpu().numpy()

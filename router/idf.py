@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import base64
 import functools
-import gzip
 import hashlib
 import json
 import logging
@@ -158,12 +157,9 @@ def fit_idf(
 
 
 def _corpus_texts(directory: Path) -> Iterable[str]:
-    for path in sorted(directory.glob("*.jsonl*")):
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    yield json.loads(line)["text"]
+    from worx.bundled import read_lines
+
+    return (line.text for line in read_lines(directory))
 
 
 def main(argv: list[str] | None = None) -> int:
