@@ -1,4 +1,9 @@
-"""Route held-out documents exactly as the server does: embedder, domain table, gate."""
+"""Route held-out documents exactly as the server does: embedder, domain table, gate.
+
+Each text's length goes to the gate with its embedding (``Gate.decide(..., chars=)``), so
+the length-aware rule decides a held-out document as it decides the same text in a
+request: what the monitor reports is what a user's request of that text would get.
+"""
 
 from __future__ import annotations
 
@@ -58,7 +63,8 @@ class GateRouter:
             return []
         if not len(experts):
             return [{} for _ in texts]
-        return self.gate.route_many(self._embed(texts), self.domains, experts)
+        chars = [len(t) for t in texts]
+        return self.gate.route_many(self._embed(texts), self.domains, experts, chars)
 
     def wait_for_domains(self, domain_ids: Iterable[str], timeout_s: float) -> list[str]:
         """Wait (bounded) until every one of ``domain_ids`` has a row; returns those missing."""

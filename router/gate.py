@@ -14,6 +14,25 @@ documents decided to ``D`` and of no other; adding or updating a domain changes 
 documents whose decision it changes, i.e. whose nearest active domain it becomes or was.
 A trunk-served domain therefore stays on the trunk whatever experts arrive later.
 
+Short texts (the length-aware rule). The domains' thresholds are learned on whole
+documents, and the cosine of a text to its domain's centroid shrinks with the text's
+length (on the bundled corpus the median in-domain cosine at 256 characters is ~0.58 of
+the whole document's), so a prompt falls under the threshold of its own domain. When the
+caller gives the text's length (``chars``) and the route stage's rule finds no domain, the
+gate takes the nearest domain ``b`` anyway if
+
+* ``sim_b >= floor * cohesion_b * min(1, (chars / ref_chars) ** power)``: the text is
+  at least ``floor`` of as close as the domain's own members are on average
+  (``cohesion``), scaled down for a short text by a power law in its length; and
+* ``sim_b >= margin * sim_second``: it is clearly nearer to ``b`` than to any other
+  domain (a text between two domains stays on the trunk).
+
+A document the route stage assigns keeps that domain (the rule only adds decisions to
+texts the table calls novel). With ``chars=None`` the gate decides exactly as the route
+stage does. Under the rule, the experts' invariance above holds as before; a new domain
+can take a short text (it became its nearest) or leave it to the trunk (it is now a close
+second), never send it to a third domain's expert.
+
 Example
 -------
 >>> import numpy as np
@@ -27,6 +46,9 @@ Example
 {'code-e1': 1.0}
 >>> Gate().route(np.array([0.1, 0.9], np.float32), table, experts)  # prose: trunk only
 {}
+>>> short = np.array([0.45, 0.05], np.float32)  # a prompt of 200 characters, near code
+>>> Gate().route(short, table, experts), Gate().route(short, table, experts, chars=200)
+({}, {'code-e1': 1.0})
 """
 
 from __future__ import annotations
@@ -151,23 +173,58 @@ class Gate:
         domains never are: see the module docstring for why).
     temperature : float
         Softmax temperature over the chosen experts' similarities (small: near one-hot).
+    floor, ref_chars, power, margin : float
+        The length-aware rule for texts the table calls novel (module docstring): the
+        nearest domain if its similarity reaches ``floor * cohesion * min(1, (chars /
+        ref_chars) ** power)`` and ``margin`` times the second domain's. Measured with
+        ``bench/route_recall.py`` (docs/experts.md); ``floor=inf`` turns it off.
     """
 
-    def __init__(self, top_k: int = 1, temperature: float = 0.1) -> None:
+    def __init__(
+        self,
+        top_k: int = 1,
+        temperature: float = 0.1,
+        *,
+        floor: float = 0.6,
+        ref_chars: float = 2000.0,
+        power: float = 0.35,
+        margin: float = 1.25,
+    ) -> None:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
+        if floor <= 0 or ref_chars <= 0 or power < 0 or margin < 1:
+            raise ValueError(
+                f"length-aware rule: need floor > 0, ref_chars > 0, power >= 0, margin >= 1; "
+                f"got floor={floor}, ref_chars={ref_chars}, power={power}, margin={margin}"
+            )
         self.top_k = int(top_k)
         self.temperature = float(temperature)
+        self.floor = float(floor)
+        self.ref_chars = float(ref_chars)
+        self.power = float(power)
+        self.margin = float(margin)
 
     def decide(
-        self, embedding: np.ndarray, domains: DomainTable, experts: DomainExperts
+        self,
+        embedding: np.ndarray,
+        domains: DomainTable,
+        experts: DomainExperts,
+        chars: int | None = None,
     ) -> GateDecision:
-        """The domain and the weights for one document embedding ``(dim,)``."""
+        """The domain and the weights for one document embedding ``(dim,)``.
+
+        ``chars``: the text's length in characters; given, a text the route stage's rule
+        calls novel may still get its nearest domain by the length-aware rule. None: the
+        route stage's rule alone.
+        """
         x = np.asarray(embedding, dtype=np.float32).reshape(-1)  # (dim,)
         try:
-            domain_id, similarity, _, version = domains.decide(x)
+            if chars is None:
+                domain_id, similarity, _, version = domains.decide(x)
+            else:
+                domain_id, similarity, version = self._domain(x, domains, chars)
         except ValueError as exc:  # a matmul of mismatched shapes
             raise ValueError(
                 f"embedding dimension {x.shape[0]} does not match the domain table's "
@@ -177,6 +234,31 @@ class Gate:
         if index is None:
             return GateDecision(domain_id, similarity, {}, version)
         return GateDecision(domain_id, similarity, self._mix(x, index), version)
+
+    def length_scale(self, chars: int) -> float:
+        """How much closer than ``floor * cohesion`` a text of ``chars`` must come (<= 1)."""
+        return min(1.0, (max(int(chars), 1) / self.ref_chars) ** self.power)
+
+    def _domain(
+        self, x: np.ndarray, domains: DomainTable, chars: int
+    ) -> tuple[str | None, float, int]:
+        """``(domain_id, similarity, version)``: the route stage's rule, else the
+        length-aware one, both on one consistent read of the table."""
+        ids, sims, thresholds, cohesions, version = domains.scores(x)  # sims: (K,)
+        if not ids:
+            return None, 0.0, version
+        best = int(np.argmax(sims))
+        sim = float(sims[best])
+        if sim >= thresholds[best]:  # the route stage's decision (DomainTable.decide)
+            return ids[best], sim, version
+        second = float(np.partition(sims, -2)[-2]) if len(ids) > 1 else 0.0
+        # a row without cohesion falls back to its threshold as the typical member cosine
+        typical = max(float(cohesions[best]), float(thresholds[best]))
+        close = sim >= self.floor * typical * self.length_scale(chars)
+        apart = sim >= self.margin * max(second, 0.0)
+        if sim > 0 and close and apart:
+            return ids[best], sim, version
+        return None, sim, version
 
     def _mix(self, x: np.ndarray, index: CentroidIndex) -> dict[str, float]:
         sims = index.similarities(x)  # (E,)
@@ -190,19 +272,36 @@ class Gate:
         return {index.ids[i]: float(p) for i, p in zip(chosen, probs, strict=True)}
 
     def route(
-        self, embedding: np.ndarray, domains: DomainTable, experts: DomainExperts
+        self,
+        embedding: np.ndarray,
+        domains: DomainTable,
+        experts: DomainExperts,
+        chars: int | None = None,
     ) -> dict[str, float]:
-        """Weights for one document embedding ``(dim,)``."""
-        return self.decide(embedding, domains, experts).weights
+        """Weights for one document embedding ``(dim,)`` (``chars``: see :meth:`decide`)."""
+        return self.decide(embedding, domains, experts, chars).weights
 
     def decide_many(
-        self, embeddings: np.ndarray, domains: DomainTable, experts: DomainExperts
+        self,
+        embeddings: np.ndarray,
+        domains: DomainTable,
+        experts: DomainExperts,
+        chars: Sequence[int] | None = None,
     ) -> list[GateDecision]:
-        """One decision per row of ``embeddings (N, dim)``."""
-        return [self.decide(row, domains, experts) for row in np.asarray(embeddings)]
+        """One decision per row of ``embeddings (N, dim)``; ``chars``: one length per row."""
+        rows = np.asarray(embeddings)
+        if chars is None:
+            return [self.decide(row, domains, experts) for row in rows]
+        if len(chars) != len(rows):
+            raise ValueError(f"{len(chars)} lengths for {len(rows)} embeddings: give one per row")
+        return [self.decide(r, domains, experts, c) for r, c in zip(rows, chars, strict=True)]
 
     def route_many(
-        self, embeddings: np.ndarray, domains: DomainTable, experts: DomainExperts
+        self,
+        embeddings: np.ndarray,
+        domains: DomainTable,
+        experts: DomainExperts,
+        chars: Sequence[int] | None = None,
     ) -> list[dict[str, float]]:
         """Weights for each row of ``embeddings (N, dim)``."""
-        return [d.weights for d in self.decide_many(embeddings, domains, experts)]
+        return [d.weights for d in self.decide_many(embeddings, domains, experts, chars)]

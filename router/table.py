@@ -37,14 +37,15 @@ class DomainTable:
         self._rows: dict[str, DomainRecord] = {}
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        # (ids, centroids (K, dim), thresholds (K,), core thresholds (K,), version):
-        # swapped as one object, so a reader never sees half an update
-        self._index: tuple[list[str], np.ndarray, np.ndarray, np.ndarray, int] = (
+        # (ids, centroids (K, dim), thresholds (K,), core thresholds (K,), version,
+        # cohesions (K,)): swapped as one object, so a reader never sees half an update
+        self._index: tuple[list[str], np.ndarray, np.ndarray, np.ndarray, int, np.ndarray] = (
             [],
             np.zeros((0, 0)),
             np.zeros(0),
             np.zeros(0),
             0,
+            np.zeros(0),
         )
 
     @property
@@ -87,11 +88,12 @@ class DomainTable:
             centroids = np.asarray([r.centroid for r in active], dtype=np.float32)  # (K, dim)
             thresholds = np.asarray([r.threshold for r in active], dtype=np.float32)  # (K,)
             cores = np.asarray([r.core_threshold for r in active], dtype=np.float32)  # (K,)
+            cohesions = np.asarray([r.cohesion for r in active], dtype=np.float32)  # (K,)
         else:
             centroids = np.zeros((0, 0), np.float32)
-            thresholds = cores = np.zeros(0, np.float32)
+            thresholds = cores = cohesions = np.zeros(0, np.float32)
         version = sum(row.version for row in self._rows.values())
-        self._index = (ids, centroids, thresholds, cores, version)
+        self._index = (ids, centroids, thresholds, cores, version, cohesions)
 
     def route(self, vector: np.ndarray) -> tuple[str | None, float]:
         """``(domain_id, similarity)`` of the nearest active domain, or ``(None, similarity)``
@@ -104,7 +106,7 @@ class DomainTable:
 
         ``uncertain``: novel, or assigned below the domain's core threshold.
         """
-        ids, centroids, thresholds, cores, version = self._index
+        ids, centroids, thresholds, cores, version, _ = self._index
         if not ids:
             return None, 0.0, True, version
         sims = centroids @ vector  # (K,)
@@ -113,6 +115,17 @@ class DomainTable:
         if sim < thresholds[best]:
             return None, sim, True, version
         return ids[best], sim, bool(sim < cores[best]), version
+
+    def scores(
+        self, vector: np.ndarray
+    ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, int]:
+        """``(ids, similarities (K,), thresholds (K,), cohesions (K,), version)`` of every
+        active domain, in one consistent read (for rules other than :meth:`decide`'s, such
+        as the inference gate's rule for short texts)."""
+        ids, centroids, thresholds, _, version, cohesions = self._index
+        if not ids:
+            return [], np.zeros(0, np.float32), thresholds, cohesions, version
+        return list(ids), centroids @ vector, thresholds, cohesions, version  # sims: (K,)
 
     def nearest(self, vector: np.ndarray) -> tuple[str | None, float]:
         """The nearest active domain regardless of thresholds."""
