@@ -250,11 +250,11 @@ def bench_serving(trunk: Trunk, tmp: Path, args: argparse.Namespace, embedder) -
     """
     from confluent_kafka import Producer
 
-    from experts.hot import RegistrationFollower
     from experts.serving import ExpertServer
     from experts.store import ExpertStore
     from router.gate import Gate
     from topology.broker import EmbeddedBroker
+    from topology.hot import RegistrationFollower
     from topology.http_api import make_http_server, serve_in_thread
     from topology.topics import Topics, ensure_topics
 

@@ -79,7 +79,7 @@ class ExpertServer:
         Turns a document embedding into expert weights, through ``domains``.
     domains : DomainTable, optional
         The domain table the gate decides by (the caller feeds it from ``worx.domains``,
-        e.g. with :class:`topology.domain_follower.DomainFollower`); a new empty one if
+        e.g. with :class:`topology.table_follower.TableFollower`); a new empty one if
         None: every text is then served by the trunk alone until domains arrive.
     max_tokens, max_new_tokens : int
         Longest scored text (longer ones are cut, and say so) and generation bound.
@@ -391,53 +391,3 @@ class ExpertServer:
             "cache": self.store.cache_info(),
             "uptime_s": round(time.time() - self.started, 1),
         }
-
-
-def resolve_paths(
-    config: Any, trunk: str | None = None, store: str | None = None
-) -> tuple[str, str]:
-    """Trunk directory and store root from arguments, then ``[experts]``, then defaults.
-
-    Store: ``--store``, ``experts.store_dir``, ``trainer.store_dir``, ``<data_dir>/experts``
-    (the trainer writes where the server reads unless told otherwise).
-    """
-    from pathlib import Path
-
-    trunk_dir = trunk or config.experts.trunk_dir
-    if not trunk_dir:
-        from experts.default_trunk import default_trunk_dir
-
-        trunk_dir = str(default_trunk_dir())
-    store_dir = (
-        store
-        or config.experts.store_dir
-        or getattr(config.trainer, "store_dir", "")
-        or str(Path(config.data_dir) / "experts")
-    )
-    return trunk_dir, store_dir
-
-
-def server_from_config(
-    config: Any, trunk_dir: str | None = None, store_dir: str | None = None
-) -> ExpertServer:
-    """Load the trunk, open the store, build embedder and gate as ``config`` says.
-
-    The server's domain table starts empty: the caller follows ``worx.domains`` into
-    ``server.domains`` (``worx serve`` does).
-    """
-    from experts.trunk import load_trunk
-    from router.embed import default_embedder
-
-    section = config.experts
-    trunk_path, store_path = resolve_paths(config, trunk_dir, store_dir)
-    trunk = load_trunk(trunk_path, dtype=getattr(torch, section.trunk_dtype))
-    store = ExpertStore(store_path, trunk.fingerprint, lru_budget_bytes=section.lru_budget_mb << 20)
-    gate = Gate(section.gate_top_k, section.gate_temperature)
-    return ExpertServer(
-        trunk,
-        store,
-        default_embedder(config.router),
-        gate,
-        max_tokens=section.max_tokens,
-        max_new_tokens=section.max_new_tokens,
-    )

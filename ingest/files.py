@@ -1,12 +1,14 @@
 """Replay files into ``<prefix>.docs`` through the ingest stage, at least once, resumable.
 
 Loop: read ``batch_size`` items, run each through :class:`~ingest.stage.NormaliseStage`,
-produce its ``Doc``/``DeadLetter`` records, flush, check every delivery, and only then
-write the checkpoint (atomically: temp file, fsync, rename) with how many items of each
-file are done and the stage's dedup window. A worker killed at any point restarts from
-the last checkpoint, so at most one batch is produced twice; the stage's dedup window,
-restored from the checkpoint, does not see those ids, so the duplicates reach the topic
-and are counted by whoever reads it (keyed by ``doc_id``, they are harmless downstream).
+send its ``Doc``/``DeadLetter`` records to the sink (a :class:`worx.sink.Sink`; the
+command hands it a Kafka publisher), flush it (it raises unless every record was
+delivered), and only then write the checkpoint (atomically: temp file, fsync, rename)
+with how many items of each file are done and the stage's dedup window. A worker killed
+at any point restarts from the last checkpoint, so at most one batch is produced twice;
+the stage's dedup window, restored from the checkpoint, does not see those ids, so the
+duplicates reach the topic and are counted by whoever reads it (keyed by ``doc_id``,
+they are harmless downstream).
 """
 
 from __future__ import annotations
@@ -21,14 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
-
 from ingest.config import IngestConfig
 from ingest.readers import FileReader, RawInput
 from ingest.stage import NormaliseStage
-from topology.kafka import DeliveryTracker, produce
-from topology.topics import Topics
 from worx.atomic import atomic_write_json
+from worx.sink import Sink
 from worx.stage import Emit, Message
 
 log = logging.getLogger(__name__)
@@ -86,8 +85,8 @@ class FileIngestor:
     Parameters
     ----------
     config: the ``[ingest]`` section (mapping, limits, batch size).
-    producer: a confluent-kafka producer on the destination cluster.
-    topics: destination topic names.
+    sink: where the ``docs``/``dlq`` records go (``send``, then ``flush``, which raises
+        unless they were all delivered).
     fmt: file format for every file (None: detect each from its suffix).
     rate: at most this many items per second (None: as fast as possible).
     checkpoint: JSON file for resuming (None: no resume).
@@ -99,8 +98,7 @@ class FileIngestor:
     def __init__(
         self,
         config: IngestConfig,
-        producer: Producer,
-        topics: Topics,
+        sink: Sink,
         fmt: str | None = None,
         rate: float | None = None,
         checkpoint: str | os.PathLike[str] | None = None,
@@ -108,15 +106,13 @@ class FileIngestor:
         on_progress: Callable[[Path, int, IngestReport], None] | None = None,
     ) -> None:
         self.config = config
-        self.producer = producer
-        self.topics = topics
+        self.sink = sink
         self.fmt = fmt
         self.limiter = RateLimiter(rate)
         self.checkpoint = Path(checkpoint) if checkpoint else None
         self.target = target
         self.on_progress = on_progress
         self.stage = NormaliseStage(config, source_format="json")
-        self.tracker = DeliveryTracker()
         self.state: dict[str, Any] = {"version": CHECKPOINT_VERSION, "target": target, "files": {}}
         self.report = IngestReport()
         self._load_checkpoint()
@@ -160,13 +156,7 @@ class FileIngestor:
             message = Message(value=item.value, topic=topic, offset=item.line)
             emits = self._process(message, item, is_json)
             for emit in emits:
-                produce(
-                    self.producer,
-                    self.topics.name(emit.topic),
-                    emit.record.to_json(),
-                    emit.key,
-                    self.tracker,
-                )
+                self.sink.send(emit.topic, emit.key, emit.record)
             self.report.inputs += 1
             count = index + 1
             pending += 1
@@ -193,13 +183,9 @@ class FileIngestor:
             return [self.stage.dead_letter(message, "stage_error", f"{type(exc).__name__}: {exc}")]
 
     def _commit(self, reader: FileReader) -> None:
-        """Flush, check deliveries, then persist the checkpoint: the at-least-once point."""
-        remaining = self.producer.flush(60)
-        if remaining:
-            raise KafkaException(
-                f"{remaining} records not delivered within 60 s; not checkpointing"
-            )
-        self.tracker.check()
+        """Flush (raises unless all delivered), then persist the checkpoint: the
+        at-least-once point."""
+        self.sink.flush()
         if self.checkpoint is not None:
             self.state["stage"] = self.stage.snapshot()
             atomic_write_json(self.checkpoint, self.state)

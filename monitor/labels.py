@@ -1,7 +1,7 @@
 """Domain id -> the name a person reads: the ``label_hint`` of the domain table, on disk.
 
 The monitor follows the compacted ``<prefix>.domains`` topic (see
-:class:`topology.domain_follower.DomainFollower`) into :class:`DomainLabels`, which keeps
+:class:`topology.table_follower.TableFollower`) into :class:`DomainLabels`, which keeps
 ``<state_dir>/domain_labels.json`` (a JSON object ``{domain_id: label}``, written
 atomically) so that ``worx report`` and ``worx monitor --once``, which read only the
 state directory, show the same names.

@@ -6,7 +6,7 @@ registrations are kept for the dashboard; a ``train`` job's held-out documents e
 held-out sets (fetched by reference, never trained on); each new registration triggers an
 evaluation of the serving mixture and a step of the dense baseline, whose rows are emitted
 on ``metrics``. The domain table (``domains``, followed from the start by a
-:class:`topology.domain_follower.DomainFollower` into :meth:`MonitorStage.apply_domain`,
+:class:`topology.table_follower.TableFollower` into :meth:`MonitorStage.apply_domain`,
 not the runner) feeds ``labels`` (the names the dashboard shows instead of domain ids)
 and ``domains``, the table the evaluator routes held-out documents by, as the server
 does. Undecodable input is dead-lettered with the reason (except on ``dlq`` itself, which
@@ -206,12 +206,12 @@ class MonitorStage:
         )
 
 
-def kafka_fetch(conf: dict[str, Any], timeout_s: float = 15.0) -> FetchFn:
-    """A :data:`FetchFn` reading a job's documents from ``worx.docs`` by reference."""
-    from trainer.fetch import fetch_job_docs
+def heldout_fetch(read: Callable[[TrainJob], Any]) -> FetchFn:
+    """A :data:`FetchFn` from a reader of a job's documents (``read(job)`` returns a
+    :class:`trainer.fetch.JobDocs`; the runtime injects one that reads ``worx.docs``)."""
 
     def fetch(job: TrainJob) -> tuple[list[tuple[str, str]], list[str]]:
-        docs = fetch_job_docs(conf, job, timeout_s=timeout_s)
+        docs = read(job)
         if len(docs.heldout) == len(job.heldout_doc_ids):
             ids = list(job.heldout_doc_ids)
         else:  # some were not found: name the found texts by content (stable)

@@ -12,7 +12,7 @@ from queue import Empty, Queue
 
 from experts.records import ExpertRegistration
 from router.discover import DiscoverStage
-from topology.domain_follower import DomainFollower
+from topology.table_follower import TableFollower
 from worx.stage import Emit
 
 
@@ -22,7 +22,7 @@ class ExpertRegistrations:
     def __init__(self, conf: dict, topic: str) -> None:
         self.arrived: Queue[ExpertRegistration] = Queue()  # filled by the follower thread
         self.waiting: dict[str, ExpertRegistration] = {}  # by expert id: row not here yet
-        self.follower = DomainFollower(conf, topic, self.arrived.put, ExpertRegistration)
+        self.follower = TableFollower(conf, topic, self.arrived.put, ExpertRegistration)
 
     def start(self) -> ExpertRegistrations:
         self.follower.start()

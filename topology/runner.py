@@ -1,7 +1,9 @@
 """The plain confluent-kafka runtime: feeds any stage object, at least once.
 
-Loop (confluent's example discipline): consume a batch, run the stage on each message,
-produce every output, flush, check deliveries, then store and commit the batch's offsets.
+The batch runtime. Loop (confluent's example discipline): consume a batch, run the stage
+on each message, send every output through the :class:`~topology.publisher.Publisher`,
+flush it (it raises if anything was not delivered), then store and commit the batch's
+offsets.
 A crash between produce and commit replays at most one batch; the stages' keyed,
 idempotent effects make that safe.
 """
@@ -16,14 +18,8 @@ from collections.abc import Callable
 from confluent_kafka import KafkaException, TopicPartition
 
 from ingest.records import DeadLetter
-from topology.kafka import (
-    DeliveryTracker,
-    carries_record,
-    make_consumer,
-    make_producer,
-    produce,
-    to_message,
-)
+from topology.kafka import carries_record, make_consumer, make_producer, to_message
+from topology.publisher import Publisher
 from topology.topics import Topics
 from worx.records import RecordError
 from worx.stage import Emit, Message, Stage
@@ -78,8 +74,9 @@ class StageRunner:
         self.session_timeout_ms = session_timeout_ms
         self.consumer = make_consumer(conf, group_id, session_timeout_ms)
         # the outputs may go to another cluster than the input comes from (worx connect)
-        self.producer = make_producer(conf if producer_conf is None else producer_conf)
-        self.tracker = DeliveryTracker()
+        self.publisher = Publisher(
+            make_producer(conf if producer_conf is None else producer_conf), topics
+        )
         self.consumed = 0
         self.emitted = 0
 
@@ -106,7 +103,7 @@ class StageRunner:
                 last_data = time.monotonic()
                 self._handle_batch(batch)
         finally:
-            self.producer.flush(30)
+            self.publisher.close()
             self.consumer.close()
 
     def _handle_batch(self, batch: list) -> None:
@@ -116,19 +113,10 @@ class StageRunner:
             if not carries_record(msg):
                 continue
             for emit in apply_stage(self.stage, to_message(msg), self.stage_name):
-                produce(
-                    self.producer,
-                    self.topics.name(emit.topic),
-                    emit.record.to_json(),
-                    emit.key,
-                    self.tracker,
-                )
+                self.publisher.send(emit.topic, emit.key, emit.record)
                 out += 1
             good.append(msg)
-        remaining = self.producer.flush(30)
-        if remaining:
-            raise KafkaException(f"{remaining} messages not delivered within 30 s; not committing")
-        self.tracker.check()
+        self.publisher.flush()  # raises if undelivered: then nothing is committed
         if good:
             latest: dict[tuple[str, int], int] = {}
             for msg in good:

@@ -1,20 +1,26 @@
-"""The training node: consumes ``worx.train`` one job at a time and registers experts.
+"""The training node's job runner: one job to its end, with its records in order.
+
+No Kafka here: the runner is handed a sink (``send``/``flush``, :class:`worx.sink.Sink`)
+for its records and a fetch function for a job's documents; the runtime that consumes
+``worx.train`` one job at a time and commits a job's offset only after :meth:`JobRunner.handle`
+returned is :class:`topology.train_worker.TrainWorker`.
 
 Delivery is at least once, effects are idempotent:
 
 * a job's expert id is derived from its job id (:func:`expert_id_for`), and the store is
   write-once, so a job id produces at most one expert whatever is replayed or restarted;
-* the offset of a job is committed only after its outcome is recorded (``outcome.json`` in
-  the job directory, the registration on ``worx.experts``, the status on
-  ``worx.train.status``); a worker killed mid-job gets the job again and resumes it from its
-  last checkpoint;
+* a job's outcome is recorded in order: the registration on ``experts`` is flushed before
+  ``outcome.json`` is written in the job directory, then the status on ``train.status``;
+  status records (``started``, ``step``) go out while it trains; a worker killed mid-job
+  gets the job again and resumes it from its last checkpoint;
 * a replayed job that already ended is acknowledged with a ``skipped`` status, and a job
   whose expert is stored but was never announced (a kill between the two) is announced.
 
 A job that fails for a reason that will not go away (bad references, no usable documents,
-a diverged loss, an invalid record) is marked ``failed`` with the reason and the worker goes
-on with the next job. Broker errors are not job failures: they stop the worker, which
-resumes the job when restarted.
+a diverged loss, an invalid record) is marked ``failed`` with the reason and the runner goes
+on with the next job. Broker and disk errors are not job failures: they propagate (the
+runtime names its broker's exception types in ``broker_errors``), which stops the worker;
+it resumes the job when restarted.
 """
 
 from __future__ import annotations
@@ -23,33 +29,25 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from confluent_kafka import KafkaException, TopicPartition
 
 from experts.expert import Expert, ExpertConfigError
 from experts.store import ExpertRefused, ExpertStore
 from experts.trunk import Trunk
 from ingest.records import DeadLetter
 from router.records import TrainJob
-from topology.kafka import (
-    DeliveryTracker,
-    carries_record,
-    make_consumer,
-    make_producer,
-    produce,
-    to_message,
-)
-from topology.topics import Topics
 from trainer.checkpoint import clear_checkpoints
 from trainer.config import TrainerConfig
-from trainer.fetch import JobDataError, fetch_job_docs
+from trainer.fetch import JobDataError, JobDocs
 from trainer.recipe import TrainingFailed, TrainingInterrupted, prepare_trunk, train_expert
 from trainer.records import TrainStatus
 from worx.atomic import atomic_write_json
 from worx.ids import UnsafeIdError, content_hash, validate_id
 from worx.records import Record, RecordError
+from worx.sink import Sink
+from worx.stage import Message
 
 log = logging.getLogger(__name__)
 
@@ -69,92 +67,48 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class TrainWorker:
-    """Run training jobs from ``topics.train``; experts go to ``store``, events to Kafka.
+class JobRunner:
+    """Run training jobs; experts go to ``store``, records to ``sink``.
 
     Parameters
     ----------
-    conf : librdkafka settings (bootstrap servers and any client settings).
-    topics : the resolved topic names.
     trunk : the frozen trunk every expert is trained on.
     store : the expert store (opened with ``trunk.fingerprint``).
     config : the ``[trainer]`` section.
     jobs_dir : job checkpoints and outcomes (``<jobs_dir>/<job_id>/``).
-    session_timeout_ms : consumer group session timeout.
+    sink : where ``experts``, ``train.status`` and ``dlq`` records go; ``flush`` raises if
+        they were not delivered.
+    fetch : a job's documents (raises :class:`~trainer.fetch.JobDataError` when unusable).
+    broker_errors : exception types of the transport; like ``OSError`` they stop the
+        worker instead of failing the job.
     """
 
     def __init__(
         self,
-        conf: dict[str, Any],
-        topics: Topics,
         trunk: Trunk,
         store: ExpertStore,
         config: TrainerConfig,
         jobs_dir: Path,
-        session_timeout_ms: int = 10_000,
+        sink: Sink,
+        fetch: Callable[[TrainJob], JobDocs],
+        broker_errors: tuple[type[BaseException], ...] = (),
     ) -> None:
-        self.conf = conf
-        self.topics = topics
         self.trunk = trunk
         self.store = store
         self.config = config
         self.jobs_dir = Path(jobs_dir)
-        self.session_timeout_ms = session_timeout_ms
-        self.producer = make_producer(conf)
-        self.tracker = DeliveryTracker()
+        self.sink = sink
+        self.fetch = fetch
+        self.fatal: tuple[type[BaseException], ...] = (OSError, *broker_errors)
         self.outcomes: list[tuple[str, str]] = []  # (job_id, state) handled by this process
         prepare_trunk(trunk, config, cache_dir=self.jobs_dir.parent / "trunk-cache")
 
-    # ---- the consume loop -------------------------------------------------------------
-
-    def run(
-        self,
-        stop: threading.Event | None = None,
-        idle_timeout_s: float | None = None,
-        max_jobs: int | None = None,
-    ) -> None:
-        """Handle jobs until ``stop`` is set, idle for ``idle_timeout_s``, or ``max_jobs``."""
-        stop = stop or threading.Event()
-        consumer = make_consumer(
-            self.conf,
-            self.config.group_id,
-            self.session_timeout_ms,
-            **{
-                "max.poll.interval.ms": self.config.max_poll_interval_ms,
-                "enable.auto.commit": False,
-            },
-        )
-        consumer.subscribe([self.topics.train])
-        last = time.monotonic()
-        handled = 0
-        try:
-            while not stop.is_set() and (max_jobs is None or handled < max_jobs):
-                msg = consumer.poll(0.5)
-                if msg is None:
-                    if idle_timeout_s is not None and time.monotonic() - last > idle_timeout_s:
-                        break
-                    continue
-                if not carries_record(msg):
-                    continue
-                state = self.handle_message(msg, stop)
-                if state == "interrupted":
-                    log.info("stopped during a job; it resumes from its checkpoint on restart")
-                    break
-                offsets = [TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)]
-                consumer.store_offsets(offsets=offsets)
-                consumer.commit(offsets=offsets, asynchronous=False)
-                handled += 1
-                last = time.monotonic()
-        finally:
-            self.producer.flush(30)
-            consumer.close()
-
-    def handle_message(self, msg: Any, stop: threading.Event) -> str:
+    def handle_message(self, message: Message, stop: threading.Event) -> str:
         """Decode one ``worx.train`` message and handle the job; returns the job's state."""
         try:
-            job = TrainJob.from_json(msg.value() or b"", strict=False)
+            job = TrainJob.from_json(message.value or b"", strict=False)
         except RecordError as exc:
-            letter = DeadLetter.of(to_message(msg), exc.reason, str(exc), "trainer")
+            letter = DeadLetter.of(message, exc.reason, str(exc), "trainer")
             self._send("dlq", None, letter)
             self._flush()
             return "dead_letter"
@@ -189,7 +143,7 @@ class TrainWorker:
             manifest = self.store.manifest(expert_id)
             return self._register(job, job_dir, manifest, dict(manifest.summary))
         try:
-            docs = fetch_job_docs(self.conf, job, timeout_s=self.config.fetch_timeout_s)
+            docs = self.fetch(job)
             parent, parent_id = self._parent(job)
             result = train_expert(
                 self.trunk,
@@ -208,7 +162,7 @@ class TrainWorker:
             return self._fail(job, exc.reason, str(exc), job_dir)
         except (ExpertConfigError, RecordError, ValueError) as exc:
             return self._fail(job, "bad_job", f"{type(exc).__name__}: {exc}", job_dir)
-        except (KafkaException, OSError):
+        except self.fatal:
             raise  # the broker or the disk, not the job: stop; the job resumes on restart
         except Exception as exc:  # noqa: BLE001 - a job that breaks the recipe fails alone
             log.exception("job %s broke the recipe", job.job_id)
@@ -351,13 +305,10 @@ class TrainWorker:
         self._send("train.status", job.job_id, status)
 
     def _send(self, suffix: str, key: str | None, record: Record) -> None:
-        produce(self.producer, self.topics.name(suffix), record.to_json(), key, self.tracker)
+        self.sink.send(suffix, key, record)
 
     def _flush(self) -> None:
-        remaining = self.producer.flush(30)
-        if remaining:
-            raise KafkaException(f"{remaining} messages not delivered within 30 s")
-        self.tracker.check()
+        self.sink.flush()
 
     @staticmethod
     def _record(job_dir: Path, outcome: dict[str, Any]) -> None:

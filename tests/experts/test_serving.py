@@ -14,12 +14,12 @@ import pytest
 import torch
 from confluent_kafka import Producer
 
-from experts.hot import RegistrationFollower
 from experts.serving import ExpertServer
 from experts.store import WEIGHTS, ExpertStore
 from router.embed import default_embedder
 from router.gate import Gate
 from tests.experts.conftest import domain_table, domain_texts, make_domain_expert
+from topology.hot import RegistrationFollower
 from topology.http_api import make_http_server, serve_in_thread
 
 CODE = domain_texts("python_code", 1, skip=30)[0]

@@ -16,7 +16,7 @@ from ingest.config import IngestConfig
 from ingest.files import FileIngestor
 from ingest.records import DeadLetter, Doc
 from tests.ingest.ingest_testdata import BAD_LINES, MIXED_CONFIG, write_mixed_file
-from topology.kafka import make_producer
+from topology.publisher import publisher
 
 pytestmark = pytest.mark.broker
 
@@ -30,8 +30,8 @@ def read_docs(drain_topic, topics):
 def test_5000_good_and_1000_bad_records(tmp_path, kafka_conf, topics, drain_topic):
     path = tmp_path / "mixed.jsonl"
     good, expected = write_mixed_file(path)
-    producer = make_producer(kafka_conf)
-    report = FileIngestor(IngestConfig(**MIXED_CONFIG), producer, topics).run([path])
+    sink = publisher(kafka_conf, topics)
+    report = FileIngestor(IngestConfig(**MIXED_CONFIG), sink).run([path])
 
     docs, letters = read_docs(drain_topic, topics)
     assert len(docs) == 5000 and {d.doc_id for d in docs} == good
@@ -103,16 +103,12 @@ def test_rerun_with_a_complete_checkpoint_produces_nothing(tmp_path, kafka_conf,
     path.write_text("".join(json.dumps({"id": str(i), "text": f"t {i}"}) + "\n" for i in range(30)))
     checkpoint = tmp_path / "ck.json"
     config = IngestConfig(batch_size=7)
-    first = FileIngestor(config, make_producer(kafka_conf), topics, checkpoint=checkpoint).run(
-        [path]
-    )
+    first = FileIngestor(config, publisher(kafka_conf, topics), checkpoint=checkpoint).run([path])
     assert first.docs == 30
-    again = FileIngestor(config, make_producer(kafka_conf), topics, checkpoint=checkpoint).run(
-        [path]
-    )
+    again = FileIngestor(config, publisher(kafka_conf, topics), checkpoint=checkpoint).run([path])
     assert (again.inputs, again.resumed_skipped, again.docs) == (0, 30, 0)
     other = FileIngestor(
-        config, make_producer(kafka_conf), topics, checkpoint=checkpoint, target="elsewhere"
+        config, publisher(kafka_conf, topics), checkpoint=checkpoint, target="elsewhere"
     ).run([path])
     assert other.docs == 30  # a checkpoint for another cluster is not trusted
 
@@ -122,7 +118,7 @@ def test_a_stage_bug_dead_letters_the_input_and_the_ingest_goes_on(
 ):
     path = tmp_path / "three.jsonl"
     path.write_text("".join(json.dumps({"id": f"i{i}", "text": f"t {i}"}) + "\n" for i in range(3)))
-    ingestor = FileIngestor(IngestConfig(), make_producer(kafka_conf), topics)
+    ingestor = FileIngestor(IngestConfig(), publisher(kafka_conf, topics))
     real = ingestor.stage.process
 
     def buggy(message, record=None):

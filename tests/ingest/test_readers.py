@@ -58,7 +58,7 @@ def test_csv_rows_become_objects_and_bad_rows_are_flagged(tmp_path):
 
 def test_csv_and_text_files_through_the_ingestor(tmp_path, kafka_conf, topics, drain_topic):
     from ingest.records import DeadLetter, Doc
-    from topology.kafka import make_producer
+    from topology.publisher import publisher
 
     csv_path = tmp_path / "t.tsv"
     csv_path.write_text("key\tcontent\tlabel\na\thello  there\tnews\nb\t\tnews\nc\tx\n")
@@ -66,7 +66,7 @@ def test_csv_and_text_files_through_the_ingestor(tmp_path, kafka_conf, topics, d
     with gzip.open(text_path, "wb") as handle:
         handle.write(b"Chapter  1\n\nIt was a   dark night.\n\n\xff\xfe broken\n")
     config = IngestConfig(text_field="content", id_field="key", domain_field="label")
-    report = FileIngestor(config, make_producer(kafka_conf), topics).run([csv_path, text_path])
+    report = FileIngestor(config, publisher(kafka_conf, topics)).run([csv_path, text_path])
     docs = sorted((Doc.from_json(v) for _, v in drain_topic(topics.docs)), key=lambda d: d.text)
     reasons = sorted(DeadLetter.from_json(v).reason for _, v in drain_topic(topics.dlq))
     assert [(d.text, d.label, d.source) for d in docs] == [
@@ -84,12 +84,12 @@ def test_a_truncated_gzip_file_is_a_clear_error(tmp_path, kafka_conf, topics):
     import sys
 
     from ingest.files import IngestFileError
-    from topology.kafka import make_producer
+    from topology.publisher import publisher
 
     path = tmp_path / "cut.jsonl.gz"
     body = b"".join(b'{"text": "line %d"}\n' % i for i in range(20000))
     path.write_bytes(gzip.compress(body)[:3000])
-    ingestor = FileIngestor(IngestConfig(), make_producer(kafka_conf), topics)
+    ingestor = FileIngestor(IngestConfig(), publisher(kafka_conf, topics))
     with pytest.raises(IngestFileError, match="cannot read .*cut.jsonl.gz after"):
         ingestor.run([path])
     out = subprocess.run(

@@ -16,9 +16,10 @@ from ingest.records import DeadLetter, Doc
 from monitor.baseline import DenseBaseline
 from monitor.live import LiveState
 from monitor.records import EvalRow
-from monitor.stage import MonitorStage, kafka_fetch
+from monitor.stage import MonitorStage
 from router.records import DomainRecord, DriftEvent, TrainJob
 from tests.monitor.smallrun import DENSE, SmallRun, corpus_docs, train_expert
+from topology.fetch import kafka_fetch
 from topology.runner import StageRunner
 from topology.topics import Topics
 from trainer.records import TrainStatus

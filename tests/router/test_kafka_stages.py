@@ -23,8 +23,8 @@ from router.records import DomainRecord, RoutedDoc, TrainJob
 from router.route import RouteStage
 from router.table import DomainTable
 from tests.router.helpers import Loop
-from topology.domain_follower import DomainFollower
 from topology.runner import StageRunner
+from topology.table_follower import TableFollower
 from topology.topics import Topics
 from worx.stage import Message
 
@@ -87,7 +87,7 @@ def test_two_route_workers_agree_after_a_domain_is_added(kafka_conf: dict, topic
     stop = threading.Event()
     for _ in range(2):
         stage = RouteStage(config, embedder=embedder)
-        followers.append(DomainFollower(kafka_conf, topics.domains, stage.table.apply).start())
+        followers.append(TableFollower(kafka_conf, topics.domains, stage.table.apply).start())
         runner = StageRunner(
             stage,
             kafka_conf,

@@ -96,13 +96,14 @@ def test_file_ingest_and_connector_on_apache_kafka(apache_kafka, tmp_path):
     from topology.commands.connect import build_connector
     from topology.config import WorxConfig
     from topology.kafka import make_producer
+    from topology.publisher import publisher
 
     conf = {"bootstrap.servers": apache_kafka}
     topics = Topics("apache")
     ensure_topics(conf, prefix="apache", partitions=3, extra={"apache.company": 2})
     path = tmp_path / "mixed.jsonl"
     good, expected = write_mixed_file(path, good=500, bad=100)
-    FileIngestor(IngestConfig(**MIXED_CONFIG), make_producer(conf), topics).run([path])
+    FileIngestor(IngestConfig(**MIXED_CONFIG), publisher(conf, topics)).run([path])
     docs = [Doc.from_json(v) for _, v in drain(conf, topics.docs)]
     letters = [DeadLetter.from_json(v) for _, v in drain(conf, topics.dlq)]
     assert {d.doc_id for d in docs} == good and len(docs) == 500

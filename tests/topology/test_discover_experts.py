@@ -12,7 +12,7 @@ from router.config import RouterConfig
 from router.discover import DiscoverStage
 from router.records import DomainRecord, RoutedDoc, TrainJob
 from tests.router.test_kafka_stages import TopicReader, _produce
-from topology.commands.discover import DiscoverRunner
+from topology.discover_runner import DiscoverRunner
 
 pytestmark = pytest.mark.broker
 

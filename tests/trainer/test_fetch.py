@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from tests.trainer.conftest import make_job, produce_docs
-from trainer.fetch import JobDataError, fetch_job_docs
+from topology.fetch import fetch_job_docs
+from trainer.fetch import JobDataError
 
 
 def test_fetches_exactly_the_referenced_documents_across_ranges(kafka_conf, topics):

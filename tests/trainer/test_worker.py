@@ -8,9 +8,10 @@ from experts.records import ExpertRegistration
 from experts.store import ExpertStore
 from ingest.records import DeadLetter
 from tests.trainer.conftest import corpus_texts, make_job, produce_docs, publish, read_records
+from topology.train_worker import TrainWorker
 from trainer.config import TrainerConfig
 from trainer.records import TrainStatus
-from trainer.worker import TrainWorker, expert_id_for
+from trainer.worker import expert_id_for
 
 CFG = TrainerConfig(
     max_steps=12,

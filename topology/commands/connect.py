@@ -15,7 +15,7 @@ from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from topology.commands.ingest import add_mapping_arguments
+    from topology.cli_common import add_mapping_arguments
 
     parser = subparsers.add_parser(
         "connect",
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    from topology.commands.ingest import destination, ingest_config, stop_on_sigterm
+    from topology.cli_common import destination, ingest_config, stop_on_sigterm
     from topology.config import ConfigError, load_config
 
     console = Console(stderr=True)

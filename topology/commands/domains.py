@@ -34,10 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from router.table import DomainTable
-    from topology.commands.route import servers_of
+    from topology.cli_common import servers_of
     from topology.config import load_config
-    from topology.domain_follower import DomainFollower
     from topology.kafka import client_conf
+    from topology.table_follower import TableFollower
     from topology.topics import Topics
 
     config = load_config(args.config)
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         table.apply(row)
         arrived.set()
 
-    follower = DomainFollower(conf, Topics(config.kafka.topic_prefix).domains, apply).start()
+    follower = TableFollower(conf, Topics(config.kafka.topic_prefix).domains, apply).start()
     try:
         while arrived.wait(args.wait):
             arrived.clear()

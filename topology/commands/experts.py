@@ -39,13 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _store(args: argparse.Namespace, fingerprint: str | None = None, quarantine: bool = False):
-    from experts.serving import resolve_paths
     from experts.store import ExpertStore
     from topology.config import load_config
+    from topology.paths import store_dir
 
     config = load_config(args.config)
-    _, store_dir = resolve_paths(config, trunk="-", store=args.store)
-    return ExpertStore(store_dir, fingerprint, quarantine=quarantine)
+    return ExpertStore(store_dir(config, args.store), fingerprint, quarantine=quarantine)
 
 
 def run_list(args: argparse.Namespace) -> int:

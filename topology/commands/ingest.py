@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import signal
 from collections.abc import Iterator
 from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from topology.cli_common import add_mapping_arguments
+
     parser = subparsers.add_parser(
         "ingest",
         help="replay JSON-lines, plain-text or CSV files into worx.docs",
@@ -45,66 +45,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def add_mapping_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--text-field", help="input field holding the text (default: text)")
-    parser.add_argument(
-        "--id-field", help="input field holding the id (default: id; '' = content hash)"
-    )
-    parser.add_argument(
-        "--domain-field", help="input field holding a domain label (labelled data only)"
-    )
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        default=None,
-        help="dead-letter objects with fields the mapping does not name",
-    )
-
-
-def ingest_config(config: Any, args: argparse.Namespace) -> Any:
-    """The [ingest] section with the command-line mapping options applied."""
-    changes = {
-        name: getattr(args, name)
-        for name in ("text_field", "id_field", "domain_field", "strict", "text_unit")
-        if getattr(args, name, None) is not None
-    }
-    section = dataclasses.replace(config.ingest, **changes)
-    section.validate()
-    return section
-
-
-@contextlib.contextmanager
-def destination(config: Any, bootstrap_servers: str | None = None) -> Iterator[tuple[str, bool]]:
-    """Yield (bootstrap servers, embedded?) with every worx topic created there."""
-    from topology.broker import bootstrap
-    from topology.kafka import client_conf
-    from topology.topics import ensure_configured_topics
-
-    configured = (
-        bootstrap_servers if bootstrap_servers is not None else config.kafka.bootstrap_servers
-    )
-    with bootstrap(configured) as servers:
-        ensure_configured_topics(client_conf(config.kafka, servers), config.kafka)
-        yield servers, not configured
-
-
-def stop_on_sigterm() -> None:
-    """Make SIGTERM behave like Ctrl-C, so context managers (the broker) clean up."""
-
-    def _raise(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _raise)
-
-
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rich.console import Console
 
     from ingest.files import FileIngestor, IngestFileError
+    from topology.cli_common import destination, ingest_config, stop_on_sigterm
     from topology.config import load_config
     from topology.kafka import client_conf, make_producer
+    from topology.publisher import Publisher
     from topology.topics import Topics
 
     console = Console(stderr=True)
@@ -127,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
         with progress_bar(console, args.paths, disabled=args.no_progress) as on_progress:
             ingestor = FileIngestor(
                 section,
-                producer,
-                topics,
+                Publisher(producer, topics, flush_timeout_s=60),
                 fmt=args.format,
                 rate=args.rate,
                 checkpoint=args.checkpoint,

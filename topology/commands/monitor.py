@@ -68,9 +68,10 @@ def _run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from monitor.service import build_monitor, state_dir
     from monitor.table import render
+    from topology.assemble import build_monitor
     from topology.config import load_config
+    from topology.paths import monitor_state_dir
 
     log = logging.getLogger("worx.monitor")
     config = load_config(args.config)
@@ -78,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
         config = dataclasses.replace(
             config, monitor=dataclasses.replace(config.monitor, baseline=args.baseline)
         )
-    root = state_dir(config, args.state_dir)
+    root = monitor_state_dir(config, args.state_dir)
     if args.once:
         stage = build_monitor(
             config, root, with_model=args.evaluate, trunk_dir=args.trunk, store_dir=args.store
@@ -90,9 +91,9 @@ def _run(args: argparse.Namespace) -> int:
 
     from monitor.server import DashboardServer
     from topology.broker import bootstrap
-    from topology.domain_follower import DomainFollower
     from topology.kafka import client_conf
     from topology.runner import StageRunner
+    from topology.table_follower import TableFollower
     from topology.topics import Topics, ensure_configured_topics
 
     stop = threading.Event()
@@ -139,7 +140,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         # the whole domain table, from the start, outside the group: names for the dashboard,
         # and the table the evaluator routes by (the server's)
-        follower = DomainFollower(conf, topics.domains, stage.apply_domain).start()
+        follower = TableFollower(conf, topics.domains, stage.apply_domain).start()
         try:
             with DashboardServer(stage.state, host, port, on_evaluate=stage.evaluate_now) as server:
                 print(f"dashboard on {server.url}  metrics on {server.url}metrics", flush=True)

@@ -30,11 +30,11 @@ def run(args: argparse.Namespace) -> int:
     from monitor.labels import load_labels
     from monitor.live import LiveState
     from monitor.report import write_report
-    from monitor.service import state_dir
     from topology.config import load_config
+    from topology.paths import monitor_state_dir
 
     config = load_config(args.config)
-    root = state_dir(config, args.state_dir)
+    root = monitor_state_dir(config, args.state_dir)
     if not (root / "history.json").exists():
         print(
             f"worx report: no history in {root}; run `worx monitor` first (or pass --state-dir)",

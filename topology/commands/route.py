@@ -9,6 +9,8 @@ log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from topology.cli_common import add_kafka_arguments
+
     parser = subparsers.add_parser(
         "route",
         help="run a route worker: worx.docs -> worx.routed (start one per partition)",
@@ -23,41 +25,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap-servers",
-        help="Kafka cluster (default: kafka.bootstrap_servers; start one with `worx broker`)",
-    )
-    parser.add_argument(
-        "--idle-timeout",
-        type=float,
-        default=None,
-        help="exit after this many seconds without input (default: run until stopped)",
-    )
-    parser.add_argument("--batch-size", type=int, default=200, help="messages per commit")
-
-
-def servers_of(config, args: argparse.Namespace) -> str:
-    from topology.config import ConfigError
-
-    servers = args.bootstrap_servers or config.kafka.bootstrap_servers
-    if not servers:
-        raise ConfigError(
-            "no Kafka cluster: pass --bootstrap-servers, or set kafka.bootstrap_servers / "
-            "WORX_KAFKA__BOOTSTRAP_SERVERS (e.g. to the address `worx broker` prints)"
-        )
-    return servers
-
-
 def run(args: argparse.Namespace) -> int:
     import threading
 
     from router.route import RouteStage
-    from topology.commands.ingest import stop_on_sigterm
+    from topology.cli_common import servers_of, stop_on_sigterm
     from topology.config import load_config
-    from topology.domain_follower import DomainFollower
     from topology.kafka import client_conf
     from topology.runner import StageRunner
+    from topology.table_follower import TableFollower
     from topology.topics import Topics, ensure_configured_topics
 
     config = load_config(args.config)
@@ -66,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     ensure_configured_topics(conf, config.kafka)
     topics = Topics(prefix)
     stage = RouteStage(config.router)
-    follower = DomainFollower(conf, topics.domains, stage.table.apply).start()
+    follower = TableFollower(conf, topics.domains, stage.table.apply).start()
     runner = StageRunner(
         stage,
         conf,

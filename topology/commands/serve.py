@@ -39,13 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from experts.hot import RegistrationFollower
-    from experts.serving import server_from_config
+    from topology.assemble import server_from_config
     from topology.broker import bootstrap
     from topology.config import load_config
-    from topology.domain_follower import DomainFollower
+    from topology.hot import RegistrationFollower
     from topology.http_api import make_http_server, serve_in_thread
     from topology.kafka import client_conf
+    from topology.table_follower import TableFollower
     from topology.topics import Topics, ensure_configured_topics
 
     log = logging.getLogger("worx.serve")
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         ensure_configured_topics(conf, config.kafka)
         topics = Topics(prefix)
         # the domains first: a registered expert is only reachable through its domain's row
-        domains = DomainFollower(conf, topics.domains, server.domains.apply).start()
+        domains = TableFollower(conf, topics.domains, server.domains.apply).start()
         follower = RegistrationFollower(server, conf, topics.experts).start()
         httpd = make_http_server(server, host, port)
         serve_in_thread(httpd)

@@ -43,7 +43,7 @@ def default_agents(config) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import faust
 
-    from topology.commands.ingest import destination
+    from topology.cli_common import destination
     from topology.config import ConfigError, load_config
     from topology.faust_agents import AgentNotConfigured
     from topology.faust_app import create_app

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import signal
 import threading
-from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--trunk", help="trunk model directory (default: experts.trunk_dir or the bundled trunk)"
     )
     parser.add_argument(
-        "--store", help="expert store directory (default: trainer.store_dir or <data_dir>/experts)"
+        "--store",
+        help="expert store directory (default: experts.store_dir, else trainer.store_dir, "
+        "else <data_dir>/experts: where serve and monitor read)",
     )
     parser.add_argument(
         "--jobs-dir", help="job checkpoints (default: trainer.jobs_dir or <data_dir>/trainer/jobs)"
@@ -46,37 +46,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from experts.store import ExpertStore
-    from experts.trunk import load_trunk
+    from topology.assemble import trainer_from_config
     from topology.broker import bootstrap
-    from topology.config import ConfigError, load_config
+    from topology.config import load_config
     from topology.kafka import client_conf
     from topology.topics import Topics, ensure_configured_topics
-    from trainer.recipe import resolve_device
-    from trainer.worker import TrainWorker
+    from topology.train_worker import TrainWorker
 
     config = load_config(args.config)
-    section = config.trainer
-    if args.device:
-        section = dataclasses.replace(section, device=args.device)
-    if args.no_progress:
-        section = dataclasses.replace(section, progress=False)
-    data_dir = Path(config.data_dir)
-    trunk_dir = args.trunk or config.experts.trunk_dir
-    if not trunk_dir:
-        from experts.default_trunk import default_trunk_dir
-
-        trunk_dir = str(default_trunk_dir())
-    store_dir = Path(args.store or section.store_dir or data_dir / "experts")
-    jobs_dir = Path(args.jobs_dir or section.jobs_dir or data_dir / "trainer" / "jobs")
-    device = resolve_device(section)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"trainer.device is {section.device!r} but no CUDA device is available")
-    dtype = torch.bfloat16 if device.type == "cuda" and section.bf16 else torch.float32
-    trunk = load_trunk(trunk_dir, dtype=dtype, device=str(device))
-    store = ExpertStore(store_dir, trunk.fingerprint)
+    parts = trainer_from_config(
+        config,
+        trunk_dir=args.trunk,
+        store_dir=args.store,
+        jobs_dir=args.jobs_dir,
+        device=args.device,
+        progress=False if args.no_progress else None,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with bootstrap(args.bootstrap_servers or config.kafka.bootstrap_servers) as servers:
@@ -85,18 +70,18 @@ def run(args: argparse.Namespace) -> int:
         worker = TrainWorker(
             conf,
             Topics(config.kafka.topic_prefix),
-            trunk,
-            store,
-            section,
-            jobs_dir,
+            parts.trunk,
+            parts.store,
+            parts.config,
+            parts.jobs_dir,
             session_timeout_ms=config.kafka.session_timeout_ms,
         )
         log.info(
             "trainer ready: trunk %s (%s), store %s, jobs %s",
-            trunk_dir,
-            trunk.fingerprint[:12],
-            store_dir,
-            jobs_dir,
+            parts.trunk_dir,
+            parts.trunk.fingerprint[:12],
+            parts.store_dir,
+            parts.jobs_dir,
         )
         try:
             worker.run(stop, idle_timeout_s=args.idle_exit, max_jobs=args.max_jobs)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from router.discover import DiscoverStage
@@ -22,6 +21,7 @@ from topology.expert_registrations import ExpertRegistrations
 from topology.faust_agents import raw_topic, to_message
 from topology.faust_agents.route import bootstrap_of
 from topology.kafka import client_conf
+from topology.paths import discover_snapshot
 from topology.runner import apply_stage
 from worx.atomic import atomic_write_bytes
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 def register(app: faust.App, config: WorxConfig, topics: Topics) -> None:
     stage = DiscoverStage(config.router)
-    path = Path(config.data_dir) / "discover" / "state.json"
+    path = discover_snapshot(config)
     if path.exists():
         stage.restore(json.loads(path.read_text())["state"])
         log.info("discover agent restored %s (%d decisions)", path, stage.seen)

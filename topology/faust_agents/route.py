@@ -1,7 +1,7 @@
 """The route stage as a Faust agent: <prefix>.docs -> <prefix>.routed.
 
 Each worker follows the whole compacted <prefix>.domains table with its own
-:class:`topology.domain_follower.DomainFollower` (a thread, outside the consumer group),
+:class:`topology.table_follower.TableFollower` (a thread, outside the consumer group),
 so a new domain takes effect in every worker without a restart.
 """
 
@@ -29,8 +29,8 @@ def bootstrap_of(app: faust.App) -> str:
 
 
 def register(app: faust.App, config: WorxConfig, topics: Topics) -> None:
-    from topology.domain_follower import DomainFollower
     from topology.kafka import client_conf
+    from topology.table_follower import TableFollower
 
     stage = RouteStage(config.router)
     outputs: dict[str, Any] = {}
@@ -53,6 +53,6 @@ def register(app: faust.App, config: WorxConfig, topics: Topics) -> None:
     @app.task
     async def follow_domains() -> None:
         conf = client_conf(config.kafka, bootstrap_of(app))
-        follower = DomainFollower(conf, topics.domains, stage.table.apply).start()
+        follower = TableFollower(conf, topics.domains, stage.table.apply).start()
         log.info("route agent follows %s (embedder %s)", topics.domains, stage.embedder.fingerprint)
         stage.follower = follower  # a daemon thread: it ends with the worker process
