@@ -46,13 +46,13 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from ingest.records import Doc  # noqa: E402
-from ingest.scenario import LabelledDoc, Scenario  # noqa: E402
 from router.config import RouterConfig  # noqa: E402
 from router.discover import DiscoverStage  # noqa: E402
 from router.embed import HashedTfidfEmbedder, default_embedder  # noqa: E402
 from router.idf import IdfTable  # noqa: E402
 from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob  # noqa: E402
 from router.route import RouteStage  # noqa: E402
+from worx.scenario import LabelledDoc, Scenario  # noqa: E402
 from worx.stage import Message  # noqa: E402
 
 log = logging.getLogger("bench.discovery")

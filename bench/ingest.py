@@ -25,7 +25,6 @@ Usage: ``python bench/ingest.py [--n 20000] [--repeat 3] [--no-faust]
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import signal
@@ -49,6 +48,7 @@ from topology.config import WorxConfig  # noqa: E402
 from topology.kafka import DeliveryTracker, make_consumer, make_producer, produce  # noqa: E402
 from topology.runner import StageRunner  # noqa: E402
 from topology.topics import Topics, ensure_topics  # noqa: E402
+from worx.bundled import read_lines  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 500
@@ -56,10 +56,7 @@ BATCH = 500
 
 def corpus_messages(n: int) -> list[tuple[str, bytes]]:
     """``n`` (key, value) messages as a company topic would hold them: keyed by the id."""
-    rows = []
-    for path in sorted((ROOT / "data" / "corpus").glob("*.jsonl.gz")):
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            rows.extend(json.loads(line) for line in handle)
+    rows = [line.body for line in read_lines()]
     out = []
     for i in range(n):
         row = rows[i % len(rows)]

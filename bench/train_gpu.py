@@ -30,7 +30,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import gzip
 import importlib.util
 import json
 import subprocess
@@ -41,6 +40,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from worx.bundled import corpus_files, file_domain, read_lines  # noqa: E402
 
 # ~1.0B parameters: Llama layout, untied embeddings
 BIG = {
@@ -70,23 +71,18 @@ RUNS = ("expert", "expert_no_savers", "dense")
 
 def corpus_texts(limit_chars: int) -> list[str]:
     """Documents of every bundled domain, round-robin, up to ``limit_chars`` characters."""
-    files = sorted((REPO / "data" / "corpus").glob("*.jsonl.gz"))
-    streams = [gzip.open(f, "rt", encoding="utf-8") for f in files]
+    domains = [file_domain(path) for path in corpus_files()]
+    streams = [iter(read_lines(domains=[domain])) for domain in domains]
     texts: list[str] = []
     total = 0
-    try:
-        while total < limit_chars and streams:
-            for stream in list(streams):
-                line = stream.readline()
-                if not line:
-                    streams.remove(stream)
-                    continue
-                text = json.loads(line)["text"]
-                texts.append(text)
-                total += len(text)
-    finally:
-        for stream in streams:
-            stream.close()
+    while total < limit_chars and streams:
+        for stream in list(streams):
+            line = next(stream, None)
+            if line is None:
+                streams.remove(stream)
+                continue
+            texts.append(line.text)
+            total += len(line.text)
     return texts
 
 

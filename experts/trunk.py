@@ -5,25 +5,23 @@ fingerprint: a sha256 over its configuration and the bytes of every weight tenso
 on disk, so the same directory gives the same fingerprint whatever dtype it is loaded in,
 and an expert trained on one trunk can never be loaded onto another.
 
-Tests and benches build tiny trunks from configs with :func:`build_tiny_trunk` (random
-weights, a freshly trained byte-level BPE tokenizer); nothing is ever downloaded.
+Tests and benches build tiny trunks from configs with
+:func:`experts.testing.build_tiny_trunk` (random weights, a freshly trained byte-level BPE
+tokenizer); nothing is ever downloaded.
 
 Example
 -------
->>> import tempfile
->>> with tempfile.TemporaryDirectory() as d:  # doctest: +SKIP
-...     trunk = load_trunk(build_tiny_trunk(d, family="llama", layers=2, width=32))
-...     trunk.num_layers, trunk.hidden_size
-(2, 32)
+>>> from worx.bundled import trunk_dir
+>>> trunk = load_trunk(trunk_dir())  # the bundled default trunk
+>>> trunk.family, trunk.num_layers, trunk.hidden_size
+('gpt2', 4, 256)
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,9 @@ from typing import Any
 import torch
 from safetensors import safe_open
 from torch import nn
+
+# moved to experts.testing; bench/train.py still imports build_tiny_trunk from here
+from experts.testing import build_tiny_trunk, corpus_sample  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,6 @@ _VOLATILE_CONFIG_KEYS = {
     "dtype",
     "use_cache",
 }
-_CORPUS_DIR = Path(__file__).resolve().parent.parent / "data" / "corpus"
 
 
 class TrunkError(ValueError):
@@ -190,98 +190,3 @@ def load_trunk(path: str | Path, dtype: torch.dtype = torch.float32, device: str
         fingerprint[:12],
     )
     return trunk
-
-
-def corpus_sample(per_domain: int = 40) -> list[str]:
-    """A few documents of every bundled corpus domain (to train a tiny trunk's tokenizer)."""
-    texts: list[str] = []
-    for file in sorted(_CORPUS_DIR.glob("*.jsonl.gz")):
-        with gzip.open(file, "rt", encoding="utf-8") as handle:
-            for i, line in enumerate(handle):
-                if i >= per_domain:
-                    break
-                texts.append(json.loads(line)["text"])
-    return texts
-
-
-def build_tiny_trunk(
-    out_dir: str | Path,
-    family: str = "gpt2",
-    layers: int = 2,
-    width: int = 32,
-    vocab_size: int = 512,
-    seed: int = 0,
-    texts: Iterable[str] | None = None,
-    heads: int = 2,
-    max_positions: int = 512,
-) -> Path:
-    """Write a randomly initialised HF causal LM (safetensors) and a BPE tokenizer to ``out_dir``.
-
-    Parameters
-    ----------
-    family : {"gpt2", "llama"}
-        Architecture.
-    layers, width, heads : int
-        Blocks, hidden size, attention heads (``width`` divisible by ``heads``).
-    vocab_size : int
-        Target vocabulary of the tokenizer; the model's vocabulary is the tokenizer's.
-    seed : int
-        Seed of the weight initialisation (same seed, same weights, same fingerprint).
-    texts : iterable of str, optional
-        Tokenizer training text; default: a sample of the bundled corpus.
-
-    Returns
-    -------
-    Path
-        ``out_dir``, loadable with :func:`load_trunk`.
-    """
-    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
-
-    from experts.tokenizer import train_bpe_tokenizer
-
-    if family not in FAMILIES:
-        raise ValueError(f"family {family!r} is not supported; choose one of {FAMILIES}")
-    if width % heads:
-        raise ValueError(f"width {width} must be divisible by heads {heads}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_bpe_tokenizer(corpus_sample() if texts is None else texts, vocab_size, out)
-    vocab = len(tokenizer)
-    eos = tokenizer.eos_token_id
-    if family == "gpt2":
-        config = GPT2Config(
-            vocab_size=vocab,
-            n_positions=max_positions,
-            n_embd=width,
-            n_layer=layers,
-            n_head=heads,
-            bos_token_id=eos,
-            eos_token_id=eos,
-            pad_token_id=eos,
-        )
-    else:
-        config = LlamaConfig(
-            vocab_size=vocab,
-            hidden_size=width,
-            intermediate_size=width * 4 // 3 * 2,
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            num_key_value_heads=heads,
-            max_position_embeddings=max_positions,
-            bos_token_id=eos,
-            eos_token_id=eos,
-            pad_token_id=eos,
-            tie_word_embeddings=False,
-        )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.save_pretrained(str(out), safe_serialization=True)
-    log.info(
-        "built tiny %s trunk (%d layers, width %d, vocab %d) in %s",
-        family,
-        layers,
-        width,
-        vocab,
-        out,
-    )
-    return out

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from experts.trunk import build_tiny_trunk
-from ingest.scenario import Scenario
+from experts.testing import build_tiny_trunk
+from worx.scenario import Scenario
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from experts.trunk import Trunk, build_tiny_trunk, load_trunk
+from experts.testing import build_tiny_trunk
+from experts.trunk import Trunk, load_trunk
+from worx import bundled
 
 torch.set_num_threads(1)
 
@@ -44,18 +46,7 @@ def randomize(expert: torch.nn.Module, seed: int) -> torch.nn.Module:
 
 def domain_texts(domain: str, count: int, skip: int = 0) -> list[str]:
     """``count`` documents of a bundled corpus domain, after the first ``skip``."""
-    import gzip
-    import json
-
-    path = Path(__file__).resolve().parents[2] / "data" / "corpus" / f"{domain}.jsonl.gz"
-    out = []
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        for i, line in enumerate(handle):
-            if i >= skip + count:
-                break
-            if i >= skip:
-                out.append(json.loads(line)["text"][:400])
-    return out
+    return bundled.domain_texts(domain, count, skip, max_chars=400)
 
 
 def make_domain_expert(store, trunk, embedder, expert_id: str, domain: str, seed: int):

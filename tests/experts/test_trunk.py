@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experts.trunk import TrunkError, build_tiny_trunk, load_trunk, trunk_fingerprint
+from experts.testing import build_tiny_trunk
+from experts.trunk import TrunkError, load_trunk, trunk_fingerprint
 
 
 def test_trunk_is_frozen_in_eval_mode_with_family_layout(trunk) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ingest.ingest_testdata import drain
+from tests.support.kafka import drain
 
 
 @pytest.fixture

@@ -4,48 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
-import uuid
-
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
-END = b"__drain_end__"
-
-
-def drain(
-    kafka_conf: dict, topic: str, timeout_s: float = 60.0
-) -> list[tuple[bytes | None, bytes]]:
-    """Every (key, value) on ``topic`` produced before this call, in partition order.
-
-    The embedded broker's end offsets are unreliable, so an end marker is produced to
-    every partition first; reading stops when each partition's marker has been seen.
-    """
-    consumer = Consumer(
-        {**kafka_conf, "group.id": f"drain-{uuid.uuid4()}", "enable.auto.commit": False}
-    )
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        producer = Producer(kafka_conf)
-        for partition in partitions:
-            producer.produce(topic, value=END, partition=partition)
-        assert producer.flush(10) == 0
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        pending = set(partitions)
-        out: list[tuple[bytes | None, bytes]] = []
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            assert time.monotonic() < deadline, f"{topic}: no end marker on {sorted(pending)}"
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            if msg.value() == END:
-                pending.discard(msg.partition())
-            else:
-                out.append((msg.key(), msg.value()))
-        return out
-    finally:
-        consumer.close()
-
 
 # one bad line per dead-letter class a JSON-lines file can hold (strict mode, labels on)
 BAD_LINES: list[tuple[str, bytes]] = [

@@ -12,8 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from worx.bundled import corpus_files
+
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = sorted(str(p) for p in (ROOT / "data" / "corpus").glob("*.jsonl.gz"))
+CORPUS = [str(p) for p in corpus_files()]
 WORX = [sys.executable, "-m", "topology.cli"]
 
 

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 import unicodedata
-from pathlib import Path
 
 import pytest
 
 from ingest import normalise
+from worx.bundled import read_lines
 
 speedups = pytest.importorskip(
     "ingest._normalise_speedups",
     reason="the optional C speed-up was not built (no C compiler at install time)",
 )
 
-CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 ASCII_PIECES = [
     "a",
     "b",
@@ -70,11 +67,7 @@ def random_texts(pieces: list[str], count: int, seed: int) -> list[str]:
 
 
 def corpus_texts() -> list[str]:
-    texts = []
-    for path in sorted(CORPUS.glob("*.jsonl.gz")):
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            texts.extend(json.loads(line)["text"] for line in handle)
-    return texts
+    return [line.text for line in read_lines()]
 
 
 def pure_normalise(text: str) -> str:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.scenario import CorpusError, Scenario, read_corpus
 from worx.ids import validate_id
+from worx.scenario import CorpusError, Scenario, read_corpus
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,7 @@ held-out ones), so the matrix shows real improvements on the diagonal.
 
 from __future__ import annotations
 
-import gzip
-import json
+import itertools
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,8 @@ import torch
 from experts.expert import Expert, ExpertConfig
 from experts.mixture import Mixture
 from experts.store import ExpertStore
-from experts.trunk import Trunk, build_tiny_trunk, load_trunk
+from experts.testing import build_tiny_trunk
+from experts.trunk import Trunk, load_trunk
 from monitor.baseline import DenseBaseline
 from monitor.evaluator import Evaluator
 from monitor.heldout import HeldoutSets
@@ -29,6 +29,7 @@ from monitor.routing import GateRouter
 from router.gate import Gate
 from tests.experts.conftest import domain_table
 from trainer.dense import DenseConfig
+from worx.bundled import read_lines
 
 DENSE = DenseConfig(
     steps=25,
@@ -39,20 +40,13 @@ DENSE = DenseConfig(
     warmup_steps=2,
     progress=False,
 )
-CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 EXPERT_DOMAINS = ("python_code", "legal", "scripture")
 ALL_DOMAINS = (*EXPERT_DOMAINS, "news")
 
 
 def corpus_docs(domain: str, limit: int) -> list[tuple[str, str]]:
-    out = []
-    with gzip.open(CORPUS / f"{domain}.jsonl.gz", "rt", encoding="utf-8") as handle:
-        for line in handle:
-            row = json.loads(line)
-            out.append((row["id"], row["text"]))
-            if len(out) >= limit:
-                break
-    return out
+    lines = itertools.islice(read_lines(domains=[domain]), limit)
+    return [(line.body["id"], line.text) for line in lines]
 
 
 class TrigramEmbedder:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from ingest.records import DeadLetter, Doc
 from monitor.baseline import DenseBaseline
@@ -19,6 +19,7 @@ from monitor.records import EvalRow
 from monitor.stage import MonitorStage
 from router.records import DomainRecord, DriftEvent, TrainJob
 from tests.monitor.smallrun import DENSE, SmallRun, corpus_docs, train_expert
+from tests.support.kafka import produce, read_values
 from topology.fetch import kafka_fetch
 from topology.runner import StageRunner
 from topology.topics import Topics
@@ -30,37 +31,13 @@ pytestmark = pytest.mark.broker
 
 def produce_docs(conf: dict, topic: str, docs: list[tuple[str, str]]) -> list[int]:
     """Produce Docs to partition 0; return their offsets (from the delivery reports)."""
-    offsets: list[int] = []
-    producer = Producer(conf)
-    for doc_id, text in docs:
-        value = Doc(doc_id=doc_id, text=text, label="news").to_json()
-        producer.produce(
-            topic,
-            value=value,
-            key=doc_id,
-            partition=0,
-            on_delivery=lambda err, msg: offsets.append(msg.offset()),
-        )
-    assert producer.flush(15) == 0
-    return sorted(offsets)
+    records = (Doc(doc_id=doc_id, text=text, label="news") for doc_id, text in docs)
+    return [p["offset"] for p in produce(conf, topic, records)]
 
 
 def read_until(conf: dict, topic: str, done, timeout_s: float = 120.0) -> list[bytes]:
     """Read ``topic`` from the start until ``done(values)`` holds (or fail after timeout)."""
-    consumer = Consumer({**conf, "group.id": f"reader-{topic}", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # one partition: no group join
-    values: list[bytes] = []
-    try:
-        waited = 0.0
-        while not done(values):
-            msg = consumer.poll(0.5)
-            waited += 0.5
-            assert waited < timeout_s, f"{topic}: condition not met, got {len(values)} messages"
-            if msg is not None and not msg.error():
-                values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
+    return read_values(conf, topic, done, timeout_s=timeout_s)
 
 
 def test_monitor_stage_on_a_real_broker(

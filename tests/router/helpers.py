@@ -7,11 +7,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ingest.records import Doc
-from ingest.scenario import LabelledDoc
 from router.config import RouterConfig
 from router.discover import DiscoverStage
 from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob
 from router.route import RouteStage
+from worx.scenario import LabelledDoc
 from worx.stage import Emit, Message
 
 

@@ -14,11 +14,11 @@ import pytest
 
 from experts.records import ExpertRegistration
 from ingest.records import Doc
-from ingest.scenario import Scenario
 from router.records import DomainRecord, RoutedDoc, TrainJob
 from tests.router.test_kafka_stages import ROOT, TopicReader, _produce
 from topology.config import WorxConfig
 from topology.faust_app import create_app
+from worx.scenario import Scenario
 
 pytestmark = pytest.mark.broker
 

@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from ingest.scenario import Scenario
 from router.config import RouterConfig
 from router.discover import DiscoverStage
 from router.records import DomainRecord, RoutedDoc
 from tests.router.helpers import Loop
+from worx.scenario import Scenario
 from worx.stage import Message
 
 ORDER = ["legal", "fiction_austen", "biomedical", "python_code"]

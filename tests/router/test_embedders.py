@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from ingest.scenario import read_corpus
 from router.config import RouterConfig
 from router.embed import Embedder, default_embedder
 from router.embedders import make_embedder
+from worx.scenario import read_corpus
 
 torch.set_num_threads(2)
 
@@ -33,7 +33,7 @@ def corpora() -> tuple[list[str], list[str]]:
 
 @pytest.fixture(scope="module")
 def trunk_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from experts.trunk import build_tiny_trunk
+    from experts.testing import build_tiny_trunk
 
     return build_tiny_trunk(tmp_path_factory.mktemp("trunk"), family="gpt2", layers=2, width=32)
 
@@ -92,7 +92,7 @@ def test_trunk_embedder_shape_unit_determinism_separation(
 
 
 def test_trunk_fingerprint_tracks_trunk_and_settings(trunk_dir: Path, tmp_path: Path) -> None:
-    from experts.trunk import build_tiny_trunk
+    from experts.testing import build_tiny_trunk
     from router.embed_trunk import TrunkEmbedder
 
     last = TrunkEmbedder(trunk_dir, layer=-1)

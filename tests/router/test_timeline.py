@@ -8,13 +8,13 @@ import json
 import pytest
 
 from ingest.records import Doc
-from ingest.scenario import Scenario
 from router.config import RouterConfig
 from router.discover import DiscoverStage
 from router.records import RoutedDoc
 from router.route import RouteStage
 from router.timeline import Timeline, window
 from tests.router.helpers import Loop
+from worx.scenario import Scenario
 from worx.stage import Message
 
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from ingest.records import Doc
-from ingest.scenario import Scenario
 from router.config import RouterConfig
 from router.detectors import Detector
 from router.discover import DiscoverStage
@@ -19,6 +18,7 @@ from router.route import RouteStage
 from router.table import DomainTable
 from topology.config import ConfigError, load_config
 from topology.runner import apply_stage
+from worx.scenario import Scenario
 from worx.stage import Message
 
 

@@ -92,7 +92,8 @@ def test_file_ingest_and_connector_on_apache_kafka(apache_kafka, tmp_path):
     from ingest.config import IngestConfig
     from ingest.files import FileIngestor
     from ingest.records import DeadLetter, Doc
-    from tests.ingest.ingest_testdata import MIXED_CONFIG, drain, write_mixed_file
+    from tests.ingest.ingest_testdata import MIXED_CONFIG, write_mixed_file
+    from tests.support.kafka import drain
     from topology.commands.connect import build_connector
     from topology.config import WorxConfig
     from topology.kafka import make_producer

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from tests.trainer.conftest import make_job, produce_docs
+from tests.support.kafka import produce_docs
+from tests.trainer.conftest import make_job
 from topology.fetch import fetch_job_docs
 from trainer.fetch import JobDataError
 

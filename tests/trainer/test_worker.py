@@ -7,7 +7,8 @@ import dataclasses
 from experts.records import ExpertRegistration
 from experts.store import ExpertStore
 from ingest.records import DeadLetter
-from tests.trainer.conftest import corpus_texts, make_job, produce_docs, publish, read_records
+from tests.support.kafka import produce_docs, publish, read_records
+from tests.trainer.conftest import corpus_texts, make_job
 from topology.train_worker import TrainWorker
 from trainer.config import TrainerConfig
 from trainer.records import TrainStatus

@@ -1,0 +1,1 @@
+"""Helpers shared by tests of several folders: topic readers and producers, corpus texts."""
