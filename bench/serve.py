@@ -52,7 +52,9 @@ sys.path.insert(0, str(ROOT))
 
 from experts.expert import Expert, ExpertConfig  # noqa: E402
 from experts.mixture import Mixture  # noqa: E402
-from experts.trunk import Trunk, build_tiny_trunk, load_trunk  # noqa: E402
+from experts.testing import build_tiny_trunk  # noqa: E402
+from experts.trunk import Trunk, load_trunk  # noqa: E402
+from worx.bundled import domain_texts  # noqa: E402
 
 log = logging.getLogger("bench.serve")
 DOMAINS = ("python_code", "legal", "biomedical", "news", "scripture", "fiction_austen")
@@ -85,16 +87,7 @@ def _randomize(expert: Expert, seed: int) -> Expert:
 
 
 def _domain_docs(domain: str, count: int, skip: int = 0) -> list[str]:
-    import gzip
-
-    out = []
-    with gzip.open(ROOT / "data" / "corpus" / f"{domain}.jsonl.gz", "rt") as handle:
-        for i, line in enumerate(handle):
-            if i >= skip + count:
-                break
-            if i >= skip:
-                out.append(json.loads(line)["text"][:1500])
-    return out
+    return domain_texts(domain, count, skip, max_chars=1500)
 
 
 def _centroid(embedder, domain: str) -> list[float]:

@@ -16,7 +16,6 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from ingest.records import Doc
-from ingest.scenario import Scenario
 from router.config import RouterConfig
 from router.embed import default_embedder
 from router.records import DomainRecord, RoutedDoc, TrainJob
@@ -26,6 +25,7 @@ from tests.router.helpers import Loop
 from topology.runner import StageRunner
 from topology.table_follower import TableFollower
 from topology.topics import Topics
+from worx.scenario import Scenario
 from worx.stage import Message
 
 pytestmark = pytest.mark.broker
