@@ -11,17 +11,13 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from experts.default_trunk import default_corpus_dir, default_trunk_dir
 from topology.cli import main as worx_main
-from trainer.pretrain_trunk import (
-    CARD_NAME,
-    REPORT_NAME,
-    PretrainConfig,
-    is_heldout,
-    load_corpus,
-    lr_at,
-    pretrain,
-)
+from trainer.pretrain_card import CARD_NAME, REPORT_NAME
+from trainer.pretrain_data import is_heldout, load_corpus
+from trainer.recipes.pretrain_trunk import PretrainConfig, pretrain
+from trainer.recipes.pretrain_trunk import schedule_lr as lr_at
+from worx.bundled import corpus_dir as default_corpus_dir
+from worx.bundled import trunk_dir as default_trunk_dir
 
 DOMAINS = {"biomedical", "fiction_austen", "legal", "news", "python_code", "scripture", "tech_docs"}
 

@@ -114,7 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from trainer.pretrain_trunk import PretrainConfig, pretrain
+    from trainer.recipes.pretrain_trunk import PretrainConfig, pretrain
 
     domains = tuple(d.strip() for d in args.train_domains.split(",") if d.strip())
     cfg = PretrainConfig(
@@ -202,7 +202,7 @@ def describe_trunk(path: Path) -> dict:
     """
     from safetensors import safe_open
 
-    from trainer.pretrain_trunk import REPORT_NAME
+    from trainer.pretrain_card import REPORT_NAME
 
     config_path = path / "config.json"
     if not config_path.is_file():

@@ -1,0 +1,1 @@
+"""Training recipes (setup -> train -> save), kept apart from the reusable modules of trainer/."""
