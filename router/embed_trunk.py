@@ -13,10 +13,11 @@ chosen, route, discover and the inference gate must all use the same one.
 
 Example
 -------
->>> from router.embed_trunk import TrunkEmbedder  # doctest: +SKIP
->>> emb = TrunkEmbedder("trunks/tiny", layer=-1, max_tokens=256)  # doctest: +SKIP
->>> emb.embed(["def f(x):\\n    return x"]).shape  # doctest: +SKIP
-(1, 32)
+>>> from worx.bundled import trunk_dir
+>>> emb = TrunkEmbedder(trunk_dir(), layer=-1, max_tokens=256)  # the bundled trunk
+>>> x = emb.embed(["def f(x):\\n    return x", ""])
+>>> x.shape, float(abs(x[0]).sum()) > 0, float(abs(x[1]).sum())
+((2, 256), True, 0.0)
 """
 
 from __future__ import annotations
