@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from router.gate import DomainExperts, Gate, GateExpert
 from router.records import DomainRecord
 from router.table import DomainTable
-
-CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
+from worx.bundled import domain_texts
 
 
 def _unit(v) -> np.ndarray:
@@ -22,14 +17,7 @@ def _unit(v) -> np.ndarray:
 
 
 def _whole_documents(domain: str, count: int, skip: int = 0) -> list[str]:
-    out = []
-    with gzip.open(CORPUS / f"{domain}.jsonl.gz", "rt", encoding="utf-8") as handle:
-        for i, line in enumerate(handle):
-            if i >= skip + count:
-                break
-            if i >= skip:
-                out.append(json.loads(line)["text"])
-    return out
+    return domain_texts(domain, count, skip)
 
 
 def _promoted(embedder, domain: str, count: int = 100, core: int = 70) -> DomainRecord:
