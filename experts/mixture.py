@@ -2,15 +2,23 @@
 
 Weights are per sequence (``weights[b]`` maps ``expert_id -> w``; ``{}`` is "trunk only"), so
 one batch may mix sequences routed to different experts. Each expert runs only on the rows
-routed to it, so the cost of top-1 routing is the trunk's plus one small adapter per
-chosen layer.
+routed to it, so the cost of top-1 routing is the trunk's plus one small expert.
 
-Mechanics: one forward hook per trunk MLP (installed once per trunk, shared by every
-:class:`Mixture` on it) reads the routing *plan* of the forward in progress from a slot on
-the trunk. A per-trunk re-entrant lock serialises forwards so concurrent requests cannot
-see each other's plan. :meth:`Mixture.routing` keeps a plan active across a
-``forward`` + ``backward`` (needed when the trainer recomputes activations in backward).
-With no plan active the hooks change nothing, so ``trunk.model`` used directly is the trunk.
+An expert's parts meet the trunk at three kinds of site, each scaled by the row's weight:
+
+* ``("mlp", l)``: an adapter's output is added to the output of block ``l``'s MLP;
+* ``("tokens", l)``: a token-embedding delta (of the forward's input ids) is added to the
+  hidden states entering block ``l`` (``l = 0``: to the embeddings);
+* ``("output", -1)``: an output delta is added to the logits.
+
+Mechanics: hooks on every trunk MLP, block and on the output layer (installed once per
+trunk, shared by every :class:`Mixture` on it) read the routing *plan* of the forward in
+progress from a slot on the trunk; a hook on the input embedding records the forward's
+input ids for the token sites. A per-trunk re-entrant lock serialises forwards so
+concurrent requests cannot see each other's plan. :meth:`Mixture.routing` keeps a plan
+active across a ``forward`` + ``backward`` (needed when the trainer recomputes activations
+in backward). With no plan active the hooks change nothing, so ``trunk.model`` used
+directly is the trunk.
 
 Example
 -------
@@ -38,48 +46,102 @@ log = logging.getLogger(__name__)
 Weights = list[dict[str, float]]
 
 
+Site = tuple[str, int]  # ("mlp", layer) | ("tokens", layer) | ("output", -1)
+OUTPUT: Site = ("output", -1)
+
+
 @dataclass(frozen=True)
 class _Route:
-    adapter: nn.Module
+    module: nn.Module  # the expert's part at this site
     rows: torch.Tensor | None  # (n,) batch rows using this expert; None: every row
     scale: torch.Tensor | None  # (n, 1, 1) weights of those rows; None: all exactly 1.0
 
 
+def _apply(routes: list[_Route], source: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out`` plus each route's part applied to its rows of ``source`` (both ``(B, T, ...)``).
+
+    Inference adds in place into ``out`` (a fresh tensor the caller owns); with autograd on,
+    out of place, so no saved tensor is ever modified.
+    """
+    inplace = not torch.is_grad_enabled()
+    for route in routes:
+        xs = source if route.rows is None else source.index_select(0, route.rows)  # (n, T, .)
+        if xs.is_floating_point():
+            xs = xs.to(next(route.module.parameters()).dtype)
+        delta = route.module(xs).to(out.dtype)  # (n, T, d) or (n, T, V)
+        if route.scale is not None:
+            delta = delta * route.scale
+        if route.rows is None:
+            out = out.add_(delta) if inplace else out + delta
+        else:
+            add = out.index_add_ if inplace else out.index_add
+            out = add(0, route.rows, delta)
+    return out
+
+
 class _TrunkHooks:
-    """Hooks on every MLP of one trunk, and the slot holding the active plan."""
+    """Hooks on every MLP and block of one trunk and on its output layer; the active plan."""
 
     def __init__(self, trunk: Trunk) -> None:
         self.lock = threading.RLock()
-        self.plan: dict[int, list[_Route]] | None = None  # layer -> routes; None: trunk only
+        self.plan: dict[Site, list[_Route]] | None = None  # None: trunk only
+        self.input_ids: torch.Tensor | None = None  # (B, T) of the forward in progress
+        model = trunk.model
         self.handles = [
-            trunk.mlp(layer).register_forward_hook(self._hook_for(layer))
-            for layer in range(trunk.num_layers)
+            model.get_input_embeddings().register_forward_hook(self._record_ids),
+            model.get_output_embeddings().register_forward_hook(self._output_hook),
         ]
+        for layer, block in enumerate(trunk.blocks()):
+            self.handles.append(trunk.mlp(layer).register_forward_hook(self._mlp_hook(layer)))
+            self.handles.append(
+                block.register_forward_pre_hook(self._tokens_hook(layer), with_kwargs=True)
+            )
 
-    def _hook_for(self, layer: int):
+    def _record_ids(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        if self.plan:
+            self.input_ids = inputs[0]
+
+    def _output_hook(self, module: nn.Module, inputs: tuple, output: torch.Tensor):
+        plan = self.plan
+        if not plan or OUTPUT not in plan:
+            return None
+        return _apply(plan[OUTPUT], inputs[0], output)  # (B, T, d) -> logits (B, T, V)
+
+    def _mlp_hook(self, layer: int):
         def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
             plan = self.plan
-            if not plan or layer not in plan:
+            if not plan or ("mlp", layer) not in plan:
                 return None
-            x = inputs[0]  # (B, T, d) the MLP's input
-            out = output  # (B, T, d) the MLP's output
-            # Inference: add in place into the MLP's fresh output tensor (read by nothing
-            # else); with autograd on, out of place, so no saved tensor is ever modified.
-            inplace = not torch.is_grad_enabled()
-            for route in plan[layer]:
-                xs = x if route.rows is None else x.index_select(0, route.rows)  # (n, T, d)
-                param = next(route.adapter.parameters())
-                delta = route.adapter(xs.to(param.dtype)).to(out.dtype)  # (n, T, d)
-                if route.scale is not None:
-                    delta = delta * route.scale
-                if route.rows is None:
-                    out = out.add_(delta) if inplace else out + delta
-                else:
-                    add = out.index_add_ if inplace else out.index_add
-                    out = add(0, route.rows, delta)
-            return out
+            return _apply(plan[("mlp", layer)], inputs[0], output)  # (B, T, d)
 
         return hook
+
+    def _tokens_hook(self, layer: int):
+        def hook(module: nn.Module, args: tuple, kwargs: dict):
+            plan = self.plan
+            if not plan or ("tokens", layer) not in plan:
+                return None
+            if self.input_ids is None:
+                raise RuntimeError("a token-embedding delta needs the forward's input ids")
+            if args:
+                hidden = args[0]  # (B, T, d) entering the block
+            else:
+                hidden = kwargs["hidden_states"]
+            # never in place: the block keeps its input as the residual
+            hidden = _apply_out_of_place(plan[("tokens", layer)], self.input_ids, hidden)
+            if args:
+                return (hidden, *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": hidden}
+
+        return hook
+
+
+def _apply_out_of_place(
+    routes: list[_Route], ids: torch.Tensor, hidden: torch.Tensor
+) -> torch.Tensor:
+    """``hidden + sum`` of each route's token delta of its rows' ``ids`` (a new tensor)."""
+    out = hidden.clone() if not torch.is_grad_enabled() else hidden
+    return _apply(routes, ids, out)
 
 
 _HOOKS_LOCK = threading.Lock()
@@ -95,13 +157,25 @@ def _hooks(trunk: Trunk) -> _TrunkHooks:
         return hooks
 
 
+def expert_sites(expert: Expert) -> list[tuple[Site, nn.Module]]:
+    """Where each part of ``expert`` meets the trunk."""
+    sites: list[tuple[Site, nn.Module]] = [
+        (("mlp", layer), expert.adapter(layer)) for layer in expert.config.layers
+    ]
+    if expert.tokens is not None:
+        sites.append((("tokens", expert.config.token_layer), expert.tokens))
+    if expert.output is not None:
+        sites.append((OUTPUT, expert.output))
+    return sites
+
+
 class Mixture:
     """A frozen trunk composed with experts keyed by ``expert_id``.
 
     Parameters
     ----------
     trunk : Trunk
-        The frozen trunk (never modified, except for the forward hooks on its MLPs).
+        The frozen trunk (never modified, except for the forward hooks described above).
     experts : Mapping[str, Expert]
         ``expert_id -> Expert`` (a dict, or an immutable serving table that loads lazily).
         Looked up only for the ids a forward's weights name.
@@ -112,8 +186,8 @@ class Mixture:
         self.experts = experts
         self._hooks = _hooks(trunk)
 
-    def plan(self, weights: Weights, batch: int, device: torch.device) -> dict[int, list[_Route]]:
-        """Turn per-sequence weights into per-layer routes (experts in sorted id order).
+    def plan(self, weights: Weights, batch: int, device: torch.device) -> dict[Site, list[_Route]]:
+        """Turn per-sequence weights into per-site routes (experts in sorted id order).
 
         Raises
         ------
@@ -129,15 +203,15 @@ class Mixture:
             for expert_id, w in mapping.items():
                 if w != 0.0:
                     rows.setdefault(expert_id, []).append((b, float(w)))
-        plan: dict[int, list[_Route]] = {}
+        plan: dict[Site, list[_Route]] = {}
         for expert_id in sorted(rows):
             if expert_id not in self.experts:
                 raise KeyError(f"expert {expert_id!r} is not in this mixture")
             expert = self.experts[expert_id]
-            if max(expert.config.layers) >= self.trunk.num_layers:
-                raise ValueError(
-                    f"expert {expert_id!r} has layers {expert.config.layers} beyond the trunk"
-                )
+            try:
+                expert.config.validate(self.trunk.num_layers)
+            except ValueError as exc:
+                raise ValueError(f"expert {expert_id!r} reaches beyond the trunk: {exc}") from exc
             used = rows[expert_id]
             index = None
             if len(used) != batch:
@@ -147,8 +221,8 @@ class Mixture:
                 scale = torch.tensor(
                     [w for _, w in used], dtype=self.trunk.dtype, device=device
                 ).view(-1, 1, 1)
-            for layer in expert.config.layers:
-                plan.setdefault(layer, []).append(_Route(expert.adapter(layer), index, scale))
+            for site, part in expert_sites(expert):
+                plan.setdefault(site, []).append(_Route(part, index, scale))
         return plan
 
     @contextlib.contextmanager
@@ -160,12 +234,12 @@ class Mixture:
         """
         plan = self.plan(weights, len(weights) if batch is None else batch, self.trunk.device)
         with self._hooks.lock:
-            previous = self._hooks.plan
+            previous = self._hooks.plan, self._hooks.input_ids
             self._hooks.plan = plan
             try:
                 yield
             finally:
-                self._hooks.plan = previous
+                self._hooks.plan, self._hooks.input_ids = previous
 
     def forward(
         self,

@@ -41,7 +41,11 @@ def output_layer(model: nn.Module) -> nn.Linear:
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
-    """``sum_i w_i * CE(h_i W^T + b, y_i)`` with the gradient w.r.t. ``h`` computed in forward."""
+    """``sum_i w_i * CE(logits_i, y_i)``, every gradient computed chunk by chunk in forward.
+
+    ``logits = h W^T + b`` from the frozen output layer, plus, when the expert has an output
+    part, ``low up^T + extra_bias`` (``low = down(h)``, computed by autograd outside).
+    """
 
     @staticmethod
     def forward(
@@ -49,19 +53,37 @@ class _LinearCrossEntropy(torch.autograd.Function):
         hidden: torch.Tensor,
         weight: torch.Tensor,
         bias: torch.Tensor | None,
+        low: torch.Tensor | None,
+        up: torch.Tensor | None,
+        extra_bias: torch.Tensor | None,
         targets: torch.Tensor,
         token_weights: torch.Tensor,
         chunk: int,
     ) -> torch.Tensor:
-        # hidden (N, d), weight (V, d), bias (V,) | None, targets (N,), token_weights (N,)
+        # hidden (N, d), weight (V, d), bias (V,) | None, low (N, r) | None, up (V, r) | None,
+        # extra_bias (V,) | None, targets (N,), token_weights (N,)
+        need = ctx.needs_input_grad
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        grad = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_h = torch.empty_like(hidden) if need[0] else None
+        grad_low = torch.empty_like(low) if low is not None and need[3] else None
+        grad_up = torch.zeros_like(up, dtype=torch.float32) if up is not None and need[4] else None
+        grad_eb = (
+            torch.zeros_like(extra_bias, dtype=torch.float32)
+            if extra_bias is not None and need[5]
+            else None
+        )
         with torch.autocast(hidden.device.type, enabled=False):
             for start in range(0, hidden.shape[0], chunk):
                 h = hidden[start : start + chunk]  # (c, d)
                 logits = (h.to(weight.dtype) @ weight.t()).float()  # (c, V)
                 if bias is not None:
                     logits = logits + bias.float()
+                lo = None
+                if low is not None:
+                    lo = low[start : start + chunk].float()  # (c, r)
+                    logits = logits + lo @ up.float().t()
+                if extra_bias is not None:
+                    logits = logits + extra_bias.float()
                 y = targets[start : start + chunk]  # (c,)
                 w = token_weights[start : start + chunk].float()  # (c,)
                 picked = logits.gather(1, y[:, None]).squeeze(1)  # (c,)
@@ -70,18 +92,61 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 norm = probs.sum(dim=-1, keepdim=True)  # (c, 1)
                 lse = (top + norm.log()).squeeze(1)  # (c,) logsumexp
                 total = total + ((lse - picked) * w).sum()
-                if grad is not None:
-                    probs.div_(norm)  # softmax
-                    probs[torch.arange(len(y), device=y.device), y] -= 1.0
-                    probs.mul_(w[:, None])
-                    grad[start : start + chunk] = (probs.to(weight.dtype) @ weight).to(hidden.dtype)
-        ctx.save_for_backward(grad if grad is not None else torch.empty(0))
+                if grad_h is None and grad_low is None and grad_up is None and grad_eb is None:
+                    continue
+                probs.div_(norm)  # softmax
+                probs[torch.arange(len(y), device=y.device), y] -= 1.0
+                probs.mul_(w[:, None])  # (c, V) dL/dlogits
+                if grad_h is not None:
+                    grad_h[start : start + chunk] = (probs.to(weight.dtype) @ weight).to(
+                        hidden.dtype
+                    )
+                if grad_low is not None:
+                    grad_low[start : start + chunk] = (probs @ up.float()).to(low.dtype)
+                if grad_up is not None:
+                    grad_up += probs.t() @ lo  # (V, r)
+                if grad_eb is not None:
+                    grad_eb += probs.sum(0)  # (V,)
+        ctx.grads = (grad_h, grad_low, grad_up, grad_eb)
+        ctx.dtypes = (
+            None if up is None else up.dtype,
+            None if extra_bias is None else extra_bias.dtype,
+        )
         return total
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple:
-        (grad,) = ctx.saved_tensors
-        return grad * grad_output.to(grad.dtype), None, None, None, None, None
+        grad_h, grad_low, grad_up, grad_eb = ctx.grads
+        ctx.grads = None
+
+        def scaled(grad: torch.Tensor | None, dtype: torch.dtype | None = None):
+            if grad is None:
+                return None
+            return (grad * grad_output.to(grad.dtype)).to(dtype or grad.dtype)
+
+        up_dtype, eb_dtype = ctx.dtypes
+        return (
+            scaled(grad_h),
+            None,
+            None,
+            scaled(grad_low),
+            scaled(grad_up, up_dtype),
+            scaled(grad_eb, eb_dtype),
+            None,
+            None,
+            None,
+        )
+
+
+def _output_terms(
+    output: nn.Module | None, h: torch.Tensor
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """``(down(h), up weight, bias)`` of an expert's output part (Nones for what it lacks)."""
+    if output is None:
+        return None, None, None
+    low = output.low_rank(h)
+    up = output.up.weight if low is not None else None
+    return low, up, output.bias
 
 
 def chunked_sequence_loss(
@@ -90,18 +155,22 @@ def chunked_sequence_loss(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     chunk: int = 256,
+    output: nn.Module | None = None,
 ) -> torch.Tensor:
     """Mean over sequences of each sequence's mean next-token loss (padding excluded).
 
     The same value as ``Mixture.loss(...).mean()``; the output layer gets no gradient.
+    ``output`` is the trained expert's output part (:class:`experts.vocab.OutputDelta`), if
+    it has one: its delta is added to the logits and it gets its gradient.
     """
     batch, length, width = hidden.shape
     valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).float()  # (B, T-1)
     per_token = valid / valid.sum(dim=1, keepdim=True).clamp_min(1.0) / batch  # (B, T-1)
     h = hidden[:, :-1].reshape(-1, width)  # (B*(T-1), d)
     targets = input_ids[:, 1:].reshape(-1)  # (B*(T-1),)
+    low, up, extra_bias = _output_terms(output, h)
     return _LinearCrossEntropy.apply(
-        h, head.weight, head.bias, targets, per_token.reshape(-1), chunk
+        h, head.weight, head.bias, low, up, extra_bias, targets, per_token.reshape(-1), chunk
     )
 
 
@@ -112,11 +181,21 @@ def chunked_token_nll(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     chunk: int = 256,
+    output: nn.Module | None = None,
 ) -> tuple[float, float]:
     """Summed next-token negative log-likelihood and the number of predicted tokens."""
     valid = (attention_mask[:, 1:] * attention_mask[:, :-1]).float()  # (B, T-1)
     h = hidden[:, :-1].reshape(-1, hidden.shape[-1])  # (B*(T-1), d)
+    low, up, extra_bias = _output_terms(output, h)
     total = _LinearCrossEntropy.apply(
-        h, head.weight, head.bias, input_ids[:, 1:].reshape(-1), valid.reshape(-1), chunk
+        h,
+        head.weight,
+        head.bias,
+        low,
+        up,
+        extra_bias,
+        input_ids[:, 1:].reshape(-1),
+        valid.reshape(-1),
+        chunk,
     )
     return float(total), float(valid.sum())

@@ -23,7 +23,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,39 @@ def default_layers(trunk: Trunk, config: TrainerConfig) -> tuple[int, ...]:
     return tuple(range(trunk.num_layers // 2, trunk.num_layers))
 
 
+def expert_config_for(trunk: Trunk, config: TrainerConfig) -> ExpertConfig:
+    """The :class:`ExpertConfig` of a fresh expert of ``config.expert_kind`` on ``trunk``."""
+    kind = config.expert_kind
+    if kind == "adapter":
+        return ExpertConfig(layers=default_layers(trunk, config), rank=config.expert_rank)
+    vocab = dict(
+        kind=kind,
+        vocab_size=trunk_vocab_size(trunk),
+        output_rank=config.expert_output_rank,
+        logit_bias=config.expert_logit_bias,
+    )
+    if kind == "vocab":
+        return ExpertConfig(
+            layers=(),
+            rank=0,
+            token_rank=config.expert_token_rank,
+            token_layer=config.expert_token_layer,
+            **vocab,
+        )
+    return ExpertConfig(
+        layers=default_layers(trunk, config),
+        rank=config.expert_rank,
+        token_rank=config.expert_token_rank,
+        token_layer=config.expert_token_layer,
+        **vocab,
+    )
+
+
+def trunk_vocab_size(trunk: Trunk) -> int:
+    """Rows of the trunk's output layer (the logits' width)."""
+    return int(output_layer(trunk.model).weight.shape[0])
+
+
 class ExpertRecipe:
     """Train one expert; ``setup`` -> ``train`` -> ``save`` -> ``cleanup``.
 
@@ -195,11 +228,10 @@ class ExpertRecipe:
         self.stream = BatchStream(train_ids, train_mask, cfg.micro_batch_size, seed=cfg.seed)
 
         torch.manual_seed(cfg.seed)
-        layers = default_layers(self.trunk, cfg)
         if self.parent is not None:
             self.expert = Expert.branch(self.parent)
         else:
-            expert_config = ExpertConfig(layers=layers, rank=cfg.expert_rank)
+            expert_config = expert_config_for(self.trunk, cfg)
             expert_config.validate(self.trunk.num_layers)
             self.expert = Expert(expert_config, self.trunk.hidden_size)
         self.expert.to(self.device).train()
@@ -214,7 +246,9 @@ class ExpertRecipe:
             weight_decay=cfg.weight_decay,
             host_offload=offload,
         )
-        first = min(self.expert.config.layers)
+        # the gradient flows down to the expert's lowest block (an output part alone: none)
+        first = self.expert.config.lowest_layer
+        first = self.trunk.num_layers if first is None else first
         self._exit.enter_context(
             checkpointed_blocks(self.trunk.blocks(), first, cfg.activation_checkpointing)
         )
@@ -443,8 +477,9 @@ class ExpertRecipe:
             with self._autocast():
                 if self.config.chunked_loss:
                     hidden = mixture_hidden(mixture, ids, mask, [weights] * len(ids))  # (b, T, d)
+                    output = self.expert.output if weights else None  # {}: the trunk alone
                     nll, valid = chunked_token_nll(
-                        hidden, self.head, ids, mask, self.config.loss_chunk
+                        hidden, self.head, ids, mask, self.config.loss_chunk, output
                     )
                 else:
                     losses, mask_ = mixture.token_losses(
@@ -510,7 +545,9 @@ class ExpertRecipe:
         """Mean over the micro-batch of each sequence's mean next-token loss, ``()``."""
         if self.config.chunked_loss:
             hidden = mixture_hidden(self.mixture, ids, mask, weights)  # (B, T, d)
-            return chunked_sequence_loss(hidden, self.head, ids, mask, self.config.loss_chunk)
+            return chunked_sequence_loss(
+                hidden, self.head, ids, mask, self.config.loss_chunk, self.expert.output
+            )
         return self.mixture.loss(ids, mask, weights).mean()
 
     def _weights(self) -> dict[str, torch.Tensor]:
@@ -546,17 +583,3 @@ def train_expert(
         return recipe.save()
     finally:
         recipe.cleanup()
-
-
-def existing_expert_hashes(experts: Mapping[str, Expert]) -> dict[str, str]:
-    """sha256 of every tensor of each expert (to show training never touched them)."""
-    import hashlib
-
-    out = {}
-    for expert_id, expert in experts.items():
-        digest = hashlib.sha256()
-        for name, tensor in sorted(expert.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-        out[expert_id] = digest.hexdigest()
-    return out
