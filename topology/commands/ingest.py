@@ -72,12 +72,12 @@ def run(args: argparse.Namespace) -> int:
                 f"broker at {servers}; its data is gone when this command ends. Run `worx "
                 "broker` and export WORX_KAFKA__BOOTSTRAP_SERVERS to keep it.[/yellow]"
             )
-        producer = make_producer(client_conf(config.kafka, servers))
         topics = Topics(config.kafka.topic_prefix)
+        sink = Publisher(make_producer(client_conf(config.kafka, servers)), topics, 60)
         with progress_bar(console, args.paths, disabled=args.no_progress) as on_progress:
             ingestor = FileIngestor(
                 section,
-                Publisher(producer, topics, flush_timeout_s=60),
+                sink,
                 fmt=args.format,
                 rate=args.rate,
                 checkpoint=args.checkpoint,
@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"[red]worx ingest: {exc}[/red]")
                 return 1
             finally:
-                producer.flush(30)
-                del producer, ingestor  # close connections before an embedded broker stops
+                sink.close()
+                del sink, ingestor  # close connections before an embedded broker stops
         print_report(console, report, topics)
     return 0
 
