@@ -1,4 +1,4 @@
-"""Benchmark: the expert recipe (each memory saver on and off) against a dense fine-tune.
+"""Benchmark: the expert recipe against a tuned dense fine-tune, on the same tokens.
 
 One run, one trunk, the same documents and the same number of tokens for every
 configuration; each configuration runs in a fresh subprocess so its peak resident memory is
@@ -8,30 +8,38 @@ its own. Prints ONE JSON line:
   process, and net of the process after imports and tokenisation, before any model is
   loaded), optimizer-state bytes per trainable parameter, held-out perplexity before and
   after the same tokens;
-* the headline ratios: ``expert_over_dense_time_per_token``, ``expert_over_dense_peak_rss``
-  (net peaks; ``..._total`` with the interpreter's own memory), ``optimizer_bytes_per_param_8bit``,
-  ``ppl_8bit_over_fp32`` (expert with 8-bit AdamW over expert with fp32 AdamW).
+* ``expert``: the trainer's default expert (``TrainerConfig()``: the kind, size and learning
+  rate that the demo and ``worx up`` train), every memory saver on; ``expert_no_*`` and
+  ``expert_fp32_adamw`` switch one saver off;
+* ``dense``: a dense fine-tune of every weight, its learning rate swept (``--dense-lrs``)
+  and the best held-out perplexity taken (each ``dense_lr*`` run is listed);
+  ``dense_frozen_embeddings``: the same at the best rate with the (tied) embeddings frozen;
+* ``design_*``: other expert designs on the same tokens (the diagnosis of where the gap to
+  dense is: docs/trainer.md);
+* ``expert_equal_time``: the default expert given the wall-clock time dense used (more
+  steps over the same documents: c-BTM's compute-matched comparison);
+* the headline ratios: ``ppl_expert_over_dense`` (against the tuned dense),
+  ``ppl_expert_over_dense_equal_time``, ``expert_over_dense_time_per_token``,
+  ``expert_over_dense_peak_rss`` (net peaks; ``..._total`` with the interpreter's own
+  memory), ``optimizer_bytes_per_param_8bit``, ``ppl_8bit_over_fp32``.
 
 The trunk is the bundled default trunk (``data/trunk``, pretrained on general English) when
 it exists, else a randomly initialised GPT-2 of the same shape (4 layers, width 256);
 ``--trunk DIR`` picks another. The domain trained on is ``--domain`` (default
-``biomedical``, not in the trunk's pretraining data). The expert measured is a realistic one
-for that trunk: rank 64 (``--expert-rank``) adapters in the upper half of its layers
-(``--expert-layers upper``, the recipe's default layers; ``all`` puts one in every layer, and
-the backward pass then runs through the whole trunk). A much smaller expert would let
-bitsandbytes' two fixed 1 KiB quantisation maps dominate its optimizer bytes per parameter.
+``biomedical``, not in the trunk's pretraining data) of ``--corpus`` (default: the bundled
+corpus; any directory of ``<domain>.jsonl[.gz]`` files with a ``text`` field).
 
 Usage::
 
-    python bench/train.py                 # ~3-5 minutes on 2 CPU cores
-    python bench/train.py --steps 10      # quicker, noisier
+    python bench/train.py                          # ~8 minutes on 2 CPU cores
+    python bench/train.py --runs expert,dense      # the headline pair only
+    python bench/train.py --corpus DIR --domain NAME
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import json
 import os
 import statistics
@@ -44,47 +52,51 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-SAVERS_ON = {
-    "optimizer": "adamw8bit",
-    "activation_checkpointing": True,
-    "mmap_trunk": True,
-    "chunked_loss": True,
-}
 SAVERS_OFF = {
     "optimizer": "adamw",
     "activation_checkpointing": False,
     "mmap_trunk": False,
     "chunked_loss": False,
 }
+# expert runs: TrainerConfig fields over the trainer's defaults; dense runs: lr and frozen parts
 RUNS: dict[str, dict] = {
-    "expert": {"kind": "expert", **SAVERS_ON},  # the recipe as configured by default
-    "expert_fp32_adamw": {"kind": "expert", **SAVERS_ON, "optimizer": "adamw"},
-    "expert_no_act_ckpt": {"kind": "expert", **SAVERS_ON, "activation_checkpointing": False},
-    "expert_no_mmap": {"kind": "expert", **SAVERS_ON, "mmap_trunk": False},
-    "expert_no_chunked_loss": {"kind": "expert", **SAVERS_ON, "chunked_loss": False},
-    "expert_no_savers": {"kind": "expert", **SAVERS_OFF},
-    "dense": {"kind": "dense"},
+    "expert": {"kind": "expert", "cfg": {}},  # the recipe exactly as configured by default
+    "expert_fp32_adamw": {"kind": "expert", "cfg": {"optimizer": "adamw"}},
+    "expert_no_act_ckpt": {"kind": "expert", "cfg": {"activation_checkpointing": False}},
+    "expert_no_mmap": {"kind": "expert", "cfg": {"mmap_trunk": False}},
+    "expert_no_chunked_loss": {"kind": "expert", "cfg": {"chunked_loss": False}},
+    "expert_no_savers": {"kind": "expert", "cfg": SAVERS_OFF},
+    "dense": {"kind": "dense"},  # the learning-rate sweep; the best run is reported as "dense"
+    "dense_frozen_embeddings": {"kind": "dense", "freeze_embeddings": True},
+    # the expert before vocabulary kinds: adapters in the upper half, rank 16, LR 1e-3
+    "design_adapter_r16": {
+        "kind": "expert",
+        "cfg": {"expert_kind": "adapter", "expert_rank": 16, "lr": 1e-3},
+    },
+    "design_adapter_r64": {"kind": "expert", "cfg": {"expert_kind": "adapter"}},
+    # the output vocabulary alone: unembedding delta + logit bias
+    "design_output_only": {
+        "kind": "expert",
+        "cfg": {"expert_kind": "vocab", "expert_token_rank": 0},
+    },
+    "design_vocab": {"kind": "expert", "cfg": {"expert_kind": "vocab"}},  # + token delta
+    # token delta at the lowest adapter layer instead of the embeddings: no backward below it
+    "design_token_at_adapters": {"kind": "expert", "cfg": {"expert_token_layer": "first_adapter"}},
+    "expert_equal_time": {"kind": "expert", "cfg": {}, "equal_time": True},
 }
 
 
-def corpus_texts(domain: str, count: int, skip: int = 0) -> list[str]:
-    out: list[str] = []
-    with gzip.open(
-        REPO / "data" / "corpus" / f"{domain}.jsonl.gz", "rt", encoding="utf-8"
-    ) as handle:
-        for i, line in enumerate(handle):
-            if i < skip:
-                continue
-            if len(out) >= count:
-                break
-            out.append(json.loads(line)["text"])
-    return out
+def corpus_texts(corpus: str | None, domain: str, count: int, skip: int = 0) -> list[str]:
+    from worx.bundled import domain_texts
+
+    return domain_texts(domain, count, skip=skip, directory=corpus)
 
 
 # ---- one configuration, in its own process -------------------------------------------
 
 
 def run_one(name: str, spec: dict) -> dict:
+    """Train one configuration of :data:`RUNS` and measure it (in this process)."""
     import resource
 
     import psutil
@@ -100,7 +112,7 @@ def run_one(name: str, spec: dict) -> dict:
     from experts.trunk import load_trunk
     from trainer.config import TrainerConfig
     from trainer.dense import DenseConfig, dense_finetune, load_trainable, perplexity
-    from trainer.recipe import prepare_trunk, train_expert
+    from trainer.recipe import default_layers, prepare_trunk, train_expert
 
     transformers.AutoTokenizer.from_pretrained(spec["trunk"])  # tokenizer libraries loaded too
 
@@ -109,35 +121,38 @@ def run_one(name: str, spec: dict) -> dict:
     baseline = psutil.Process().memory_info().rss  # interpreter, libraries, texts; no model yet
     out: dict = {}
     if run["kind"] == "expert":
+        trunk = load_trunk(spec["trunk"])
+        steps = spec["steps"]
+        if run.get("equal_time"):
+            steps = spec["equal_time_steps"]
         cfg = TrainerConfig(
-            max_steps=spec["steps"],
+            max_steps=steps,
             seq_len=spec["seq_len"],
             micro_batch_size=spec["micro_batch"],
             grad_accum_steps=1,
-            lr=spec["expert_lr"],
-            warmup_steps=spec["warmup"],
-            eval_every=spec["steps"],
+            warmup_steps=max(1, steps // 10),
+            eval_every=steps,
             patience=1000,
             max_eval_rows=10_000,
-            optimizer=run["optimizer"],
-            activation_checkpointing=run["activation_checkpointing"],
-            mmap_trunk=run["mmap_trunk"],
-            chunked_loss=run["chunked_loss"],
             device="cpu",
             progress=False,
         )
-        trunk = load_trunk(spec["trunk"])
-        cfg = dataclasses.replace(
-            cfg,
-            expert_rank=spec["expert_rank"],
-            expert_layers=_expert_layers(spec["expert_layers"], trunk.num_layers),
-        )
+        overrides = dict(spec["expert_overrides"])
+        overrides.update(run["cfg"])
+        layers = overrides.pop("expert_layers", None)
+        if layers is not None:
+            overrides["expert_layers"] = _expert_layers(layers, trunk.num_layers)
+        if overrides.get("expert_token_layer") == "first_adapter":
+            overrides["expert_token_layer"] = min(default_layers(trunk, cfg))
+        cfg = dataclasses.replace(cfg, **overrides)
         cfg.validate()
-        out["expert_layers"] = list(cfg.expert_layers)
         prepare_trunk(trunk, cfg, cache_dir=Path(spec["cache_dir"]))
         result = train_expert(trunk, train, heldout, cfg)
         summary = result.summary
         out.update(
+            steps=steps,
+            lr=cfg.lr,
+            expert_config=summary["expert_config"],
             tokens=summary["tokens_seen"],
             train_s=summary["elapsed_s"],
             cpu_s=summary["cpu_s"],
@@ -150,6 +165,8 @@ def run_one(name: str, spec: dict) -> dict:
         )
     else:
         model, tokenizer = load_trainable(spec["trunk"])
+        if run.get("freeze_embeddings"):
+            model.get_input_embeddings().weight.requires_grad_(False)  # tied: the output too
         before = perplexity(model, tokenizer, heldout, spec["seq_len"], spec["micro_batch"])
         cfg = DenseConfig(
             steps=spec["steps"],
@@ -162,6 +179,8 @@ def run_one(name: str, spec: dict) -> dict:
         )
         result = dense_finetune(model, tokenizer, train, cfg)
         out.update(
+            steps=spec["steps"],
+            lr=cfg.lr,
             tokens=result.tokens,
             train_s=result.elapsed_s,
             cpu_s=result.cpu_s,
@@ -181,7 +200,7 @@ def run_one(name: str, spec: dict) -> dict:
         cpu_time_per_token_us=round(1e6 * out["cpu_s"] / out["tokens"], 3),
         # robust to bursts of other load on a shared machine: the median step
         median_time_per_token_us=round(
-            1e6 * out["median_step_s"] * spec["steps"] / out["tokens"], 3
+            1e6 * out["median_step_s"] * out["steps"] / out["tokens"], 3
         ),
         peak_rss_mb=round(peak / 2**20, 1),
         net_peak_rss_mb=round((peak - baseline) / 2**20, 1),
@@ -240,6 +259,7 @@ def main() -> int:
     parser.add_argument(
         "--trunk", help="trunk model directory (default: bundled, else a random GPT-2)"
     )
+    parser.add_argument("--corpus", help="labelled corpus directory (default: the bundled one)")
     parser.add_argument("--domain", default="biomedical", help="corpus domain to train on")
     parser.add_argument(
         "--steps", type=int, default=30, help="optimizer steps per run (same for all)"
@@ -250,15 +270,20 @@ def main() -> int:
     parser.add_argument("--heldout-docs", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
-        "--expert-rank", type=int, default=64, help="bottleneck width of each adapter"
+        "--dense-lrs",
+        default="3e-4,1e-3,3e-3",
+        help="dense learning rates swept (the best held-out perplexity is the baseline)",
+    )
+    parser.add_argument(
+        "--expert-rank", type=int, help="adapter width of every expert run (default: trainer's)"
     )
     parser.add_argument(
         "--expert-layers",
-        default="upper",
-        help="trunk layers with an adapter: 'upper' (upper half), 'all' or e.g. '0,2,3'",
+        help="adapter layers of every expert run: 'upper', 'all' or e.g. '0,2,3' "
+        "(default: the trainer's, the upper half)",
     )
     parser.add_argument(
-        "--repeat", type=int, default=2, help="runs of the expert/dense pair (fastest kept)"
+        "--repeat", type=int, default=2, help="runs of the default expert (fastest kept)"
     )
     parser.add_argument(
         "--runs", default=",".join(RUNS), help="comma-separated subset of " + ",".join(RUNS)
@@ -272,17 +297,30 @@ def main() -> int:
         print(json.dumps(run_one(args.run_one, spec)), flush=True)
         return 0
 
-    if args.expert_rank < 1:
+    if args.expert_rank is not None and args.expert_rank < 1:
         parser.error("--expert-rank must be >= 1")
-    if args.expert_layers not in ("all", "upper") and not all(
+    if args.expert_layers not in (None, "all", "upper") and not all(
         x.strip().isdigit() for x in args.expert_layers.split(",")
     ):
         parser.error(f"--expert-layers {args.expert_layers!r}: 'all', 'upper' or e.g. '0,2,3'")
+    try:
+        dense_lrs = [float(x) for x in args.dense_lrs.split(",")]
+    except ValueError:
+        parser.error(f"--dense-lrs {args.dense_lrs!r}: comma-separated numbers, e.g. 3e-4,1e-3")
+    names = args.runs.split(",")
+    for name in names:
+        if name not in RUNS:
+            parser.error(f"unknown run {name!r}; choose from {', '.join(RUNS)}")
 
     import logging
 
     logging.basicConfig(level=logging.WARNING)
     started = time.perf_counter()
+    overrides: dict = {}
+    if args.expert_rank is not None:
+        overrides["expert_rank"] = args.expert_rank
+    if args.expert_layers is not None:
+        overrides["expert_layers"] = args.expert_layers
     with tempfile.TemporaryDirectory(prefix="worx-bench-train-") as tmp:
         work = Path(tmp)
         trunk_dir, trunk_desc = resolve_trunk(args.trunk, work)
@@ -294,28 +332,19 @@ def main() -> int:
             "micro_batch": args.micro_batch,
             "threads": args.threads,
             "warmup": max(1, args.steps // 10),
-            "expert_lr": 2e-3,
-            "expert_rank": args.expert_rank,
-            "expert_layers": args.expert_layers,
-            "dense_lr": 3e-4,
-            "train": corpus_texts(args.domain, args.train_docs),
-            "heldout": corpus_texts(args.domain, args.heldout_docs, skip=args.train_docs),
+            "expert_overrides": overrides,
+            "train": corpus_texts(args.corpus, args.domain, args.train_docs),
+            "heldout": corpus_texts(
+                args.corpus, args.domain, args.heldout_docs, skip=args.train_docs
+            ),
         }
-        spec_file = work / "spec.json"
-        spec_file.write_text(json.dumps(spec))
+        if not spec["train"] or not spec["heldout"]:
+            parser.error(
+                f"domain {args.domain!r} has too few documents for --train-docs "
+                f"{args.train_docs} and --heldout-docs {args.heldout_docs}"
+            )
         _prepare_cache(spec)  # a float32 copy of a float16 trunk, made once, outside the timing
-        names = args.runs.split(",")
-        for name in names:
-            if name not in RUNS:
-                parser.error(f"unknown run {name!r}; choose from {', '.join(RUNS)}")
-        # the headline pair runs again at the end: the machine's other load comes and goes,
-        # and each keeps its faster time (the per-run lists show every measurement)
-        order = names + [n for n in ("expert", "dense") if n in names] * (args.repeat - 1)
-        runs: dict[str, dict] = {}
-        for name in order:
-            result = _run_subprocess(name, spec_file, args.threads)
-            print(f"# {name}: {result}", file=sys.stderr, flush=True)
-            runs[name] = _merge(runs.get(name), result)
+        runs = _run_all(names, spec, work, args, dense_lrs)
         trunk_params = _count_params(trunk_dir)
     print(
         json.dumps(
@@ -323,6 +352,48 @@ def main() -> int:
         )
     )
     return 0
+
+
+def _run_all(names: list[str], spec: dict, work: Path, args, dense_lrs: list[float]) -> dict:
+    """Every run in its own process; the dense sweep first, so later runs can use its best."""
+    runs: dict[str, dict] = {}
+
+    def run(label: str, name: str, **extra) -> dict:
+        spec_file = work / f"spec-{label}.json"
+        spec_file.write_text(json.dumps({**spec, **extra}))
+        result = _run_subprocess(name, spec_file, args.threads)
+        print(f"# {label}: {result}", file=sys.stderr, flush=True)
+        runs[label] = _merge(runs.get(label), result)
+        return runs[label]
+
+    if "expert" in names:
+        run("expert", "expert")
+    best_lr = None
+    if "dense" in names or "dense_frozen_embeddings" in names:
+        sweep = [run(f"dense_lr{lr:g}", "dense", dense_lr=lr) for lr in dense_lrs]
+        best = min(sweep, key=lambda r: r["heldout_ppl"])
+        best_lr = best["lr"]
+        runs["dense"] = {
+            **best,
+            # the sweep's runs cost the same per token: the fastest measurement of any
+            **{k: min(r[k] for r in sweep) for k in _TIMES},
+            "lr_sweep": {f"{r['lr']:g}": r["heldout_ppl"] for r in sweep},
+        }
+    for name in names:
+        if name in ("expert", "dense", "expert_equal_time"):
+            continue
+        if name == "dense_frozen_embeddings":
+            run(name, "dense_frozen_embeddings", dense_lr=best_lr)
+        else:
+            run(name, name)
+    for _ in range(args.repeat - 1):  # the machine's other load comes and goes
+        if "expert" in names:
+            run("expert", "expert")
+    if "expert_equal_time" in names and "expert" in runs and "dense" in runs:
+        ratio = runs["dense"]["time_per_token_us"] / runs["expert"]["time_per_token_us"]
+        steps = max(args.steps, round(args.steps * ratio))
+        run("expert_equal_time", "expert_equal_time", equal_time_steps=steps)
+    return runs
 
 
 def _run_subprocess(name: str, spec_file: Path, threads: int) -> dict:
@@ -413,15 +484,31 @@ def _report(
         "bench": "train",
         "trunk": trunk_desc,
         "trunk_params": trunk_params,
+        "corpus": args.corpus or "bundled",
         "domain": args.domain,
         "steps": args.steps,
         "tokens_per_run": get(expert, "tokens") or get(dense, "tokens"),
         "seq_len": args.seq_len,
         "micro_batch": args.micro_batch,
         "threads": args.threads,
-        "expert_rank": args.expert_rank,
-        "expert_layers": get(expert, "expert_layers") or args.expert_layers,
+        "expert_config": get(expert, "expert_config"),
+        "expert_lr": get(expert, "lr"),
         "expert_trainable_params": get(expert, "trainable_params"),
+        "dense_lr_best": get(dense, "lr"),
+        "dense_lr_sweep": get(dense, "lr_sweep"),
+        "heldout_ppl_trunk": get(expert, "heldout_ppl_before"),
+        "heldout_ppl_expert": get(expert, "heldout_ppl"),
+        "heldout_ppl_dense": get(dense, "heldout_ppl"),
+        "designs": {
+            name: {
+                "heldout_ppl": run["heldout_ppl"],
+                "trainable_params": run["trainable_params"],
+                "time_per_token_us": run["time_per_token_us"],
+                "over_dense": _ratio(run["heldout_ppl"], get(dense, "heldout_ppl")),
+            }
+            for name, run in runs.items()
+            if name.startswith("design_") or name == "dense_frozen_embeddings"
+        },
         "runs": runs,
         "expert_over_dense_time_per_token": _ratio(
             get(expert, "time_per_token_us"), get(dense, "time_per_token_us")
@@ -446,7 +533,13 @@ def _report(
         "optimizer_bytes_per_param_dense": get(dense, "optimizer_bytes_per_param"),
         "ppl_8bit_over_fp32": _ratio(get(expert, "heldout_ppl"), get(fp32, "heldout_ppl")),
         "ppl_expert_over_dense": _ratio(get(expert, "heldout_ppl"), get(dense, "heldout_ppl")),
+        "equal_time_steps": get(runs.get("expert_equal_time"), "steps"),
+        "ppl_expert_over_dense_equal_time": _ratio(
+            get(runs.get("expert_equal_time"), "heldout_ppl"), get(dense, "heldout_ppl")
+        ),
         "targets": {
+            "ppl_expert_over_dense": "<= 1.10",
+            "ppl_expert_over_dense_equal_time": "<= 1.0",
             "expert_over_dense_time_per_token": "<= 0.5",
             "expert_over_dense_peak_rss": "<= 0.35",
             "optimizer_bytes_per_param_8bit": "<= 2.1",
