@@ -52,7 +52,18 @@ class ExpertConfigError(ValueError):
 
 KINDS = ("adapter", "vocab", "vocab_adapter")
 _ADAPTER_KEYS = {"layers", "rank", "activation"}  # the whole config of kind "adapter"
-_VOCAB_KEYS = {"kind", "vocab_size", "output_rank", "token_rank", "token_layer", "logit_bias"}
+_VOCAB_KEYS = {
+    "kind",
+    "vocab_size",
+    "output_rank",
+    "token_rank",
+    "token_layer",
+    "token_site",
+    "logit_bias",
+}
+# where a token-embedding delta joins the residual stream: entering its block (the gradient
+# then passes through that block's attention), or beside the block's MLP (it does not)
+TOKEN_SITES = ("input", "mlp")
 
 
 @dataclass(frozen=True)
@@ -64,7 +75,8 @@ class ExpertConfig:
     vocab_size: int = 0  # the trunk's vocabulary size (vocabulary kinds)
     output_rank: int = 0  # rank of the delta on the unembedding (0: none)
     token_rank: int = 0  # rank of the token-embedding delta (0: none)
-    token_layer: int = 0  # the block at whose input the token delta is added (0: the embedding)
+    token_layer: int = 0  # the block whose input (or MLP output) gets the token delta
+    token_site: str = "input"  # "input": entering block token_layer; "mlp": beside its MLP
     logit_bias: bool = False  # a per-token bias on the logits
 
     def __post_init__(self) -> None:
@@ -86,7 +98,12 @@ class ExpertConfig:
         else:
             self._validate_adapters(num_layers)
         if self.kind == "adapter":
-            vocab_parts = self.output_rank or self.token_rank or self.token_layer
+            vocab_parts = (
+                self.output_rank
+                or self.token_rank
+                or self.token_layer
+                or self.token_site != "input"
+            )
             if self.vocab_size or vocab_parts or self.logit_bias:
                 raise ExpertConfigError(
                     "an expert of kind 'adapter' has no vocabulary parts; use kind "
@@ -97,6 +114,10 @@ class ExpertConfig:
             raise ExpertConfigError(f"kind {self.kind!r} needs the trunk's vocab_size (>= 1)")
         if self.output_rank < 0 or self.token_rank < 0:
             raise ExpertConfigError("output_rank and token_rank must be >= 0")
+        if self.token_site not in TOKEN_SITES:
+            raise ExpertConfigError(
+                f"token_site {self.token_site!r} is not one of {list(TOKEN_SITES)}"
+            )
         if self.token_layer < 0 or (num_layers is not None and self.token_layer >= num_layers):
             raise ExpertConfigError(
                 f"token_layer {self.token_layer} is not a block of the trunk"
@@ -132,6 +153,11 @@ class ExpertConfig:
         layers = list(self.layers) + ([self.token_layer] if self.token_rank else [])
         return min(layers, default=None)
 
+    @property
+    def token_site_key(self) -> tuple[str, int]:
+        """The mixture site of the token delta: ``("tokens", l)`` or ``("mlp_tokens", l)``."""
+        return ("tokens" if self.token_site == "input" else "mlp_tokens", self.token_layer)
+
     def to_dict(self) -> dict[str, Any]:
         # kind "adapter" keeps the three keys it had before kinds existed, so its manifests
         # and weight files are byte-identical to those written then
@@ -147,6 +173,7 @@ class ExpertConfig:
                 output_rank=self.output_rank,
                 token_rank=self.token_rank,
                 token_layer=self.token_layer,
+                token_site=self.token_site,
                 logit_bias=self.logit_bias,
             )
         return body
@@ -187,6 +214,9 @@ class ExpertConfig:
             if not _is_int(value):
                 raise ExpertConfigError(f"expert config {name!r} must be an int, got {value!r}")
             extra[name] = value
+        site = body.get("token_site", "input")
+        if not isinstance(site, str):
+            raise ExpertConfigError(f"expert config 'token_site' must be a string, got {site!r}")
         bias = body.get("logit_bias", False)
         if not isinstance(bias, bool):
             raise ExpertConfigError(f"expert config 'logit_bias' must be a bool, got {bias!r}")
@@ -196,6 +226,7 @@ class ExpertConfig:
             activation=activation,
             kind=kind,
             logit_bias=bias,
+            token_site=site,
             **extra,
         )
 

@@ -9,6 +9,7 @@ An expert's parts meet the trunk at three kinds of site, each scaled by the row'
 * ``("mlp", l)``: an adapter's output is added to the output of block ``l``'s MLP;
 * ``("tokens", l)``: a token-embedding delta (of the forward's input ids) is added to the
   hidden states entering block ``l`` (``l = 0``: to the embeddings);
+* ``("mlp_tokens", l)``: a token-embedding delta is added to block ``l``'s MLP output;
 * ``("output", -1)``: an output delta is added to the logits.
 
 Mechanics: hooks on every trunk MLP, block and on the output layer (installed once per
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 Weights = list[dict[str, float]]
 
 
-Site = tuple[str, int]  # ("mlp", layer) | ("tokens", layer) | ("output", -1)
+Site = tuple[str, int]  # ("mlp" | "tokens" | "mlp_tokens", layer) | ("output", -1)
 OUTPUT: Site = ("output", -1)
 
 
@@ -97,6 +98,11 @@ class _TrunkHooks:
                 block.register_forward_pre_hook(self._tokens_hook(layer), with_kwargs=True)
             )
 
+    def _ids(self) -> torch.Tensor:
+        if self.input_ids is None:
+            raise RuntimeError("a token-embedding delta needs the forward's input ids")
+        return self.input_ids  # (B, T)
+
     def _record_ids(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
         if self.plan:
             self.input_ids = inputs[0]
@@ -110,9 +116,14 @@ class _TrunkHooks:
     def _mlp_hook(self, layer: int):
         def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
             plan = self.plan
-            if not plan or ("mlp", layer) not in plan:
+            if not plan:
                 return None
-            return _apply(plan[("mlp", layer)], inputs[0], output)  # (B, T, d)
+            adapters, tokens = plan.get(("mlp", layer)), plan.get(("mlp_tokens", layer))
+            if adapters:
+                output = _apply(adapters, inputs[0], output)  # (B, T, d)
+            if tokens:
+                output = _apply(tokens, self._ids(), output)  # (B, T, d)
+            return output if adapters or tokens else None
 
         return hook
 
@@ -121,14 +132,13 @@ class _TrunkHooks:
             plan = self.plan
             if not plan or ("tokens", layer) not in plan:
                 return None
-            if self.input_ids is None:
-                raise RuntimeError("a token-embedding delta needs the forward's input ids")
+            ids = self._ids()
             if args:
                 hidden = args[0]  # (B, T, d) entering the block
             else:
                 hidden = kwargs["hidden_states"]
             # never in place: the block keeps its input as the residual
-            hidden = _apply_out_of_place(plan[("tokens", layer)], self.input_ids, hidden)
+            hidden = _apply_out_of_place(plan[("tokens", layer)], ids, hidden)
             if args:
                 return (hidden, *args[1:]), kwargs
             return args, {**kwargs, "hidden_states": hidden}
@@ -163,7 +173,7 @@ def expert_sites(expert: Expert) -> list[tuple[Site, nn.Module]]:
         (("mlp", layer), expert.adapter(layer)) for layer in expert.config.layers
     ]
     if expert.tokens is not None:
-        sites.append((("tokens", expert.config.token_layer), expert.tokens))
+        sites.append((expert.config.token_site_key, expert.tokens))
     if expert.output is not None:
         sites.append((OUTPUT, expert.output))
     return sites

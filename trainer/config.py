@@ -23,6 +23,7 @@ class TrainerConfig:
     expert_output_rank: int = 32  # rank of the unembedding delta (vocabulary kinds; 0: none)
     expert_token_rank: int = 32  # rank of the token-embedding delta (vocabulary kinds; 0: none)
     expert_token_layer: int = 0  # block whose input gets the token delta (0: the embeddings)
+    expert_token_site: str = "input"  # "input" (entering the block) or "mlp" (beside its MLP)
     expert_logit_bias: bool = True  # a per-token logit bias (vocabulary kinds)
     seed: int = 0  # data order and initialisation
     eval_every: int = 20  # steps between held-out evaluations (early stopping)

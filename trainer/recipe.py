@@ -128,6 +128,7 @@ def expert_config_for(trunk: Trunk, config: TrainerConfig) -> ExpertConfig:
             rank=0,
             token_rank=config.expert_token_rank,
             token_layer=config.expert_token_layer,
+            token_site=config.expert_token_site,
             **vocab,
         )
     return ExpertConfig(
@@ -135,6 +136,7 @@ def expert_config_for(trunk: Trunk, config: TrainerConfig) -> ExpertConfig:
         rank=config.expert_rank,
         token_rank=config.expert_token_rank,
         token_layer=config.expert_token_layer,
+        token_site=config.expert_token_site,
         **vocab,
     )
 

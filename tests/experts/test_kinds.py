@@ -29,6 +29,15 @@ def kinds(vocab: int) -> dict[str, ExpertConfig]:
         "vocab_adapter": ExpertConfig(
             layers=(1,), rank=4, kind="vocab_adapter", token_rank=2, **vocab_parts
         ),
+        "vocab_adapter_tokens_beside_mlp": ExpertConfig(
+            layers=(1,),
+            rank=4,
+            kind="vocab_adapter",
+            token_rank=2,
+            token_layer=1,
+            token_site="mlp",
+            **vocab_parts,
+        ),
         "vocab_adapter_tokens_at_1": ExpertConfig(
             layers=(1,), rank=4, kind="vocab_adapter", token_rank=2, token_layer=1, **vocab_parts
         ),
@@ -59,7 +68,14 @@ def _hashes(module: torch.nn.Module) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "kind",
-    ["adapter", "vocab", "vocab_output_only", "vocab_adapter", "vocab_adapter_tokens_at_1"],
+    [
+        "adapter",
+        "vocab",
+        "vocab_output_only",
+        "vocab_adapter",
+        "vocab_adapter_tokens_at_1",
+        "vocab_adapter_tokens_beside_mlp",
+    ],
 )
 def test_every_kind_is_function_preserving_at_insertion(trunk, kind: str) -> None:
     config = kinds(_vocab(trunk))[kind]
@@ -76,7 +92,10 @@ def test_every_kind_is_function_preserving_at_insertion(trunk, kind: str) -> Non
     assert not torch.allclose(trained, alone)  # the same kind, trained, does change outputs
 
 
-@pytest.mark.parametrize("kind", ["vocab", "vocab_adapter", "vocab_adapter_tokens_at_1"])
+@pytest.mark.parametrize(
+    "kind",
+    ["vocab", "vocab_adapter", "vocab_adapter_tokens_at_1", "vocab_adapter_tokens_beside_mlp"],
+)
 def test_each_row_gets_only_its_own_experts(trunk, kind: str) -> None:
     """Rows routed to different experts in one batch equal each row's forward on its own."""
     config = kinds(_vocab(trunk))[kind]
