@@ -244,12 +244,17 @@ class Mixture:
         """
         plan = self.plan(weights, len(weights) if batch is None else batch, self.trunk.device)
         with self._hooks.lock:
-            previous = self._hooks.plan, self._hooks.input_ids
+            previous = self._hooks.plan
             self._hooks.plan = plan
             try:
                 yield
             finally:
-                self._hooks.plan, self._hooks.input_ids = previous
+                self._hooks.plan = previous
+                # a nested block (the trainer's forward inside its forward + backward) leaves
+                # the ids of its forward for the recomputation in backward; every forward
+                # records its own ids before any block reads them
+                if previous is None:
+                    self._hooks.input_ids = None
 
     def forward(
         self,

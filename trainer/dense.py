@@ -45,6 +45,7 @@ class DenseConfig:
     min_lr_ratio: float = 0.1  # final LR of the cosine schedule, as a fraction of lr
     weight_decay: float = 0.0  # AdamW weight decay
     seed: int = 0  # data order
+    dropout: bool = False  # the trunk's dropout while training (off, like the expert recipe)
     bf16: bool = True  # bf16 autocast on a GPU (CPU runs stay fp32)
     progress: bool = True  # progress bar
 
@@ -107,7 +108,7 @@ def dense_finetune(
     autocast: Any = contextlib.nullcontext()
     if config.bf16 and device.type == "cuda":
         autocast = torch.autocast("cuda", dtype=torch.bfloat16)
-    model.train()
+    model.train(config.dropout)  # eval mode: dropout off, as for the frozen trunk of an expert
     result = DenseResult(
         steps=0, tokens=0, elapsed_s=0.0, trainable_params=sum(p.numel() for p in params)
     )
