@@ -12,19 +12,21 @@ class TrainerConfig:
     seq_len: int = 128  # tokens per packed training row
     micro_batch_size: int = 8  # rows per forward/backward
     grad_accum_steps: int = 4  # micro-batches per optimizer step (effective batch = both)
-    lr: float = 2e-2  # peak learning rate of the expert (swept: docs/trainer.md)
+    lr: float = 1e-2  # peak learning rate of the expert (swept: docs/trainer.md)
     schedule: str = "cosine"  # "cosine" (to min_lr_ratio * lr) or "constant", after warm-up
     warmup_steps: int = 10  # linear warm-up steps
     min_lr_ratio: float = 0.1  # final LR of the cosine schedule, as a fraction of lr
     weight_decay: float = 0.0  # AdamW decoupled weight decay
     expert_kind: str = "vocab_adapter"  # one of experts.expert.KINDS (see docs/trainer.md)
     expert_layers: tuple[int, ...] = ()  # trunk layers with an adapter; empty: upper half
-    expert_rank: int = 64  # bottleneck width of each adapter
+    expert_rank: int = 128  # bottleneck width of each adapter
     expert_output_rank: int = 32  # rank of the unembedding delta (vocabulary kinds; 0: none)
     expert_token_rank: int = 32  # rank of the token-embedding delta (vocabulary kinds; 0: none)
-    expert_token_layer: int = 0  # block whose input gets the token delta (0: the embeddings)
-    expert_token_site: str = "input"  # "input" (entering the block) or "mlp" (beside its MLP)
+    expert_token_layer: int = -1  # block of the token delta (negative: from the top; -1: last)
+    expert_token_site: str = "mlp"  # "mlp" (beside the block's MLP) or "input" (entering it)
     expert_logit_bias: bool = True  # a per-token logit bias (vocabulary kinds)
+    start_candidates: int = 8  # a new domain's expert may start as a copy of the best of the
+    # newest N stored experts on its held-out documents (DEMix); 0: always from zero
     seed: int = 0  # data order and initialisation
     eval_every: int = 20  # steps between held-out evaluations (early stopping)
     patience: int = 3  # evaluations without improvement before stopping early
@@ -92,5 +94,7 @@ class TrainerConfig:
             raise ValueError("trainer.expert_rank must be >= 1")
         if self.expert_output_rank < 0 or self.expert_token_rank < 0:
             raise ValueError("trainer.expert_output_rank and expert_token_rank must be >= 0")
+        if self.start_candidates < 0:
+            raise ValueError("trainer.start_candidates must be >= 0")
         if any(layer < 0 for layer in self.expert_layers):
             raise ValueError("trainer.expert_layers must be non-negative layer indices")

@@ -23,7 +23,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,7 +127,7 @@ def expert_config_for(trunk: Trunk, config: TrainerConfig) -> ExpertConfig:
             layers=(),
             rank=0,
             token_rank=config.expert_token_rank,
-            token_layer=config.expert_token_layer,
+            token_layer=_token_layer(trunk, config),
             token_site=config.expert_token_site,
             **vocab,
         )
@@ -135,10 +135,26 @@ def expert_config_for(trunk: Trunk, config: TrainerConfig) -> ExpertConfig:
         layers=default_layers(trunk, config),
         rank=config.expert_rank,
         token_rank=config.expert_token_rank,
-        token_layer=config.expert_token_layer,
+        token_layer=_token_layer(trunk, config),
         token_site=config.expert_token_site,
         **vocab,
     )
+
+
+def _output_part(mixture: Mixture, weights: dict[str, float]) -> torch.nn.Module | None:
+    """The output part the chunked loss adds for ``weights``: that of its one expert."""
+    used = [expert_id for expert_id, w in weights.items() if w != 0.0]
+    if not used:
+        return None  # the trunk alone
+    if len(used) > 1 or weights[used[0]] != 1.0:
+        raise ValueError("the chunked loss evaluates one expert at weight 1.0 at a time")
+    return mixture.experts[used[0]].output
+
+
+def _token_layer(trunk: Trunk, config: TrainerConfig) -> int:
+    """``config.expert_token_layer`` as a block index (negative counts from the top)."""
+    layer = config.expert_token_layer
+    return layer + trunk.num_layers if layer < 0 else layer
 
 
 def trunk_vocab_size(trunk: Trunk) -> int:
@@ -166,6 +182,7 @@ class ExpertRecipe:
         *,
         job_dir: Path | None = None,
         parent: Expert | None = None,
+        candidates: Mapping[str, Expert] | None = None,
         on_event: EventFn | None = None,
         stop: threading.Event | None = None,
     ) -> None:
@@ -173,6 +190,9 @@ class ExpertRecipe:
         self.config = config
         self.job_dir = job_dir
         self.parent = parent
+        self.candidates = dict(candidates or {})
+        self.started_from: str | None = None  # the candidate the expert starts as a copy of
+        self.candidate_ppl: dict[str, float] = {}
         self.on_event = on_event or (lambda state, fields: None)
         self.stop = stop or threading.Event()
         self.device = resolve_device(config)
@@ -230,6 +250,8 @@ class ExpertRecipe:
         self.stream = BatchStream(train_ids, train_mask, cfg.micro_batch_size, seed=cfg.seed)
 
         torch.manual_seed(cfg.seed)
+        if self.parent is None and self.candidates:
+            self._start_from_best_candidate()
         if self.parent is not None:
             self.expert = Expert.branch(self.parent)
         else:
@@ -275,6 +297,8 @@ class ExpertRecipe:
             "heldout_rows": len(self.held_ids),
             "expert_config": self.expert.config.to_dict(),
             "branched": self.parent is not None,
+            "started_from_expert_id": self.started_from,
+            "start_candidates_ppl": {k: round(v, 4) for k, v in self.candidate_ppl.items()},
             "savers": {
                 "optimizer": cfg.optimizer,
                 "activation_checkpointing": cfg.activation_checkpointing,
@@ -302,6 +326,29 @@ class ExpertRecipe:
                 "heldout_ppl_current": self.ppl_current,
             },
         )
+
+    @torch.no_grad()
+    def _start_from_best_candidate(self) -> None:
+        """DEMix: start as a copy of the existing expert that fits the held-out set best,
+        if any beats the trunk alone (the candidates themselves are never modified)."""
+        self.head = output_layer(self.trunk.model)
+        on_device = {
+            expert_id: Expert.branch(expert).requires_grad_(False).to(self.device)
+            for expert_id, expert in self.candidates.items()
+        }  # copies: evaluating never touches the stored experts, wherever they live
+        mixture = Mixture(self.trunk, on_device)
+        trunk_ppl = self._perplexity(mixture, {})
+        for expert_id in sorted(self.candidates):
+            self.candidate_ppl[expert_id] = self._perplexity(mixture, {expert_id: 1.0})
+        best = min(self.candidate_ppl, key=self.candidate_ppl.__getitem__)
+        if self.candidate_ppl[best] < trunk_ppl:
+            self.parent, self.started_from = self.candidates[best], best
+            log.info(
+                "starting from expert %s (held-out ppl %.4g; trunk %.4g)",
+                best,
+                self.candidate_ppl[best],
+                trunk_ppl,
+            )
 
     def _resume(self) -> bool:
         if self.job_dir is None:
@@ -469,8 +516,10 @@ class ExpertRecipe:
         return self._perplexity(self.mixture, weights)
 
     def _perplexity(self, mixture: Mixture, weights: dict[str, float]) -> float:
-        was_training = self.expert.training
-        self.expert.eval()
+        expert = getattr(self, "expert", None)  # None: candidates are evaluated before it exists
+        was_training = expert is not None and expert.training
+        if expert is not None:
+            expert.eval()
         total, count = 0.0, 0.0
         batch = self.config.micro_batch_size
         for start in range(0, len(self.held_ids), batch):
@@ -479,7 +528,7 @@ class ExpertRecipe:
             with self._autocast():
                 if self.config.chunked_loss:
                     hidden = mixture_hidden(mixture, ids, mask, [weights] * len(ids))  # (b, T, d)
-                    output = self.expert.output if weights else None  # {}: the trunk alone
+                    output = _output_part(mixture, weights)
                     nll, valid = chunked_token_nll(
                         hidden, self.head, ids, mask, self.config.loss_chunk, output
                     )
@@ -490,7 +539,8 @@ class ExpertRecipe:
                     nll, valid = float(losses.sum()), float(mask_.sum())
             total += nll
             count += valid
-        self.expert.train(was_training)
+        if expert is not None:
+            expert.train(was_training)
         return math.exp(total / max(count, 1.0))
 
     # ---- save -------------------------------------------------------------------------
@@ -572,12 +622,23 @@ def train_expert(
     *,
     job_dir: Path | None = None,
     parent: Expert | None = None,
+    candidates: Mapping[str, Expert] | None = None,
     on_event: EventFn | None = None,
     stop: threading.Event | None = None,
 ) -> TrainResult:
-    """Run the whole recipe once (setup -> train -> save -> cleanup) and return its result."""
+    """Run the whole recipe once (setup -> train -> save -> cleanup) and return its result.
+
+    ``parent``: branch from it. ``candidates``: with no parent, start as a copy of the one
+    that fits the held-out documents best, if it beats the trunk (DEMix).
+    """
     recipe = ExpertRecipe(
-        trunk, config, job_dir=job_dir, parent=parent, on_event=on_event, stop=stop
+        trunk,
+        config,
+        job_dir=job_dir,
+        parent=parent,
+        candidates=candidates,
+        on_event=on_event,
+        stop=stop,
     )
     try:
         recipe.setup(train_texts, heldout_texts)

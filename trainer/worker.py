@@ -152,6 +152,7 @@ class JobRunner:
                 self.config,
                 job_dir=job_dir,
                 parent=parent,
+                candidates=self._candidates() if parent is None else None,
                 on_event=lambda state, fields: self._progress(job, state, fields),
                 stop=stop,
             )
@@ -168,6 +169,7 @@ class JobRunner:
             log.exception("job %s broke the recipe", job.job_id)
             reason = "out_of_memory" if "OutOfMemoryError" in type(exc).__name__ else "error"
             return self._fail(job, reason, f"{type(exc).__name__}: {exc}", job_dir)
+        parent_id = parent_id or result.summary.get("started_from_expert_id")
         summary = {
             **result.summary,
             "missing_doc_ids": len(docs.missing_ids),
@@ -233,6 +235,26 @@ class JobRunner:
         self.outcomes.append((job.job_id, "finished"))
         log.info("job %s registered expert %s", job.job_id, manifest.expert_id)
         return "finished"
+
+    def _candidates(self) -> dict[str, Expert]:
+        """The newest ``config.start_candidates`` usable experts of the store (DEMix starts)."""
+        limit = self.config.start_candidates
+        if limit == 0:
+            return {}
+        manifests = []
+        for expert_id in self.store.ids():
+            try:
+                manifests.append(self.store.manifest(expert_id))
+            except ExpertRefused as exc:
+                log.warning("expert %s is not a start candidate: %s", expert_id, exc)
+        newest = sorted(manifests, key=lambda m: (m.created_ms, m.expert_id))[-limit:]
+        out = {}
+        for manifest in newest:
+            try:
+                out[manifest.expert_id] = self.store.get(manifest.expert_id)
+            except ExpertRefused as exc:
+                log.warning("expert %s is not a start candidate: %s", manifest.expert_id, exc)
+        return out
 
     def _parent(self, job: TrainJob) -> tuple[Expert | None, str | None]:
         if job.parent_expert_id is None:

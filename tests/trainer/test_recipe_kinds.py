@@ -120,3 +120,26 @@ def test_every_kind_learns_and_leaves_the_trunk_untouched(trunk, kind) -> None:
     assert summary["expert_config"].get("kind", "adapter") == config.expert_kind
     assert summary["heldout_ppl_after"] < (1 - CFG.gate_margin) * summary["heldout_ppl_trunk"]
     assert tensor_hashes(trunk.model) == before
+
+
+def test_a_new_domain_starts_from_the_existing_expert_that_fits_it_best(trunk) -> None:
+    """DEMix: the best-fitting candidate is copied (never modified); a bad one is not taken."""
+    train, heldout = corpus_texts("scripture", 40), corpus_texts("scripture", 8, skip=40)
+    config = dataclasses.replace(CFG, **SETTINGS["vocab_adapter_tokens_beside_mlp"])
+    fitted = train_expert(trunk, train, heldout, config).expert
+    noise = _random(Expert(fitted.config, trunk.hidden_size))  # worse than the trunk alone
+    before = {"fitted": tensor_hashes(fitted), "noise": tensor_hashes(noise)}
+    candidates = {"fitted": fitted, "noise": noise}
+    result = train_expert(trunk, train[:20], heldout, config, candidates=candidates)
+    summary = result.summary
+    assert summary["started_from_expert_id"] == "fitted"
+    assert summary["start_candidates_ppl"]["fitted"] < summary["heldout_ppl_trunk"]
+    assert summary["start_candidates_ppl"]["noise"] > summary["heldout_ppl_trunk"]
+    # the quality gate compares against the start, not the trunk
+    assert summary["heldout_ppl_current"] == pytest.approx(
+        summary["start_candidates_ppl"]["fitted"], rel=1e-4
+    )
+    assert tensor_hashes(fitted) == before["fitted"]
+    assert tensor_hashes(noise) == before["noise"]
+    alone = train_expert(trunk, train[:20], heldout, config, candidates={"noise": noise})
+    assert alone.summary["started_from_expert_id"] is None
