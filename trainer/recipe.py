@@ -162,6 +162,24 @@ def trunk_vocab_size(trunk: Trunk) -> int:
     return int(output_layer(trunk.model).weight.shape[0])
 
 
+# the recipe's state saved with every checkpoint and restored on resume (name -> type; None:
+# kept as stored, a JSON list)
+_RESUMED: dict[str, type | None] = {
+    "tokens": int,
+    "losses": None,
+    "evals": None,
+    "bad_evals": int,
+    "best_ppl": float,
+    "best_step": int,
+    "ppl_trunk": float,
+    "ppl_current": float,
+    "elapsed": float,
+    "cpu_elapsed": float,
+    "started_from": None,
+}
+_OPTIONAL = {"cpu_elapsed", "started_from"}
+
+
 class ExpertRecipe:
     """Train one expert; ``setup`` -> ``train`` -> ``save`` -> ``cleanup``.
 
@@ -369,16 +387,10 @@ class ExpertRecipe:
         self.optimizer.load_state_dict(ckpt.optimizer)
         self.stream.seek(ckpt.data_position)
         self.step = self.resumed_from = ckpt.step
-        self.tokens = int(extra["tokens"])
-        self.losses = extra["losses"]
-        self.evals = extra["evals"]
-        self.bad_evals = int(extra["bad_evals"])
-        self.best_ppl = float(extra["best_ppl"])
-        self.best_step = int(extra["best_step"])
-        self.ppl_trunk = float(extra["ppl_trunk"])
-        self.ppl_current = float(extra["ppl_current"])
-        self.elapsed = float(extra["elapsed"])
-        self.cpu_elapsed = float(extra.get("cpu_elapsed", 0.0))
+        for name, kind in _RESUMED.items():
+            if name in _OPTIONAL and name not in extra:  # absent in older checkpoints
+                continue
+            setattr(self, name, kind(extra[name]) if kind else extra[name])
         log.info("resumed job from %s at step %d", self.job_dir, self.step)
         return True
 
@@ -486,19 +498,8 @@ class ExpertRecipe:
             return
         weights = self._weights()
         weights.update({f"best.{k}": v for k, v in (self.best or {}).items()})
-        extra = {
-            "expert_config": self.expert.config.to_dict(),
-            "tokens": self.tokens,
-            "losses": self.losses,
-            "evals": self.evals,
-            "bad_evals": self.bad_evals,
-            "best_ppl": self.best_ppl,
-            "best_step": self.best_step,
-            "ppl_trunk": self.ppl_trunk,
-            "ppl_current": self.ppl_current,
-            "elapsed": self.elapsed,
-            "cpu_elapsed": self.cpu_elapsed,
-        }
+        extra = {"expert_config": self.expert.config.to_dict()}
+        extra.update({name: getattr(self, name) for name in _RESUMED})
         save_checkpoint(
             self.job_dir,
             self.step,
