@@ -42,6 +42,45 @@ def max_old_domain_loss_rise(rows: Sequence[EvalRow]) -> float:
     return worst
 
 
+def final_against_baseline(
+    ours: Sequence[EvalRow], dense: Sequence[EvalRow], labels: Mapping[str, str]
+) -> dict[str, object]:
+    """The end of the stream, ours against the dense baseline: the geometric mean of held-out
+    perplexity over the domains both last rows have, and the domains (by label) where dense
+    fine-tuning, forgetting and all, ends lower than the expert library."""
+    if not ours or not dense:
+        return {
+            "ppl_geomean_final": None,
+            "baseline_ppl_geomean_final": None,
+            "domains_dense_better": None,
+        }
+    last = max(ours, key=lambda r: r.step).perplexity
+    last_dense = max(dense, key=lambda r: r.step).perplexity
+    shared = sorted(
+        d
+        for d in set(last) & set(last_dense)
+        if math.isfinite(last[d]) and math.isfinite(last_dense[d])
+    )
+
+    def geomean(values: Mapping[str, float]) -> float | None:
+        if not shared:
+            return None
+        return math.exp(sum(math.log(values[d]) for d in shared) / len(shared))
+
+    ours_mean, dense_mean = geomean(last), geomean(last_dense)
+    return {
+        "ppl_geomean_final": ours_mean,
+        "baseline_ppl_geomean_final": dense_mean,
+        "ppl_geomean_final_over_baseline": (
+            ours_mean / dense_mean if ours_mean and dense_mean else None
+        ),
+        "domains_dense_better": sorted(labels.get(d, d) for d in shared if last_dense[d] < last[d]),
+        "ppl_final_by_domain": {
+            labels.get(d, d): {"ours": last[d], "dense": last_dense[d]} for d in shared
+        },
+    }
+
+
 def weight_forgetting(rows: Sequence[EvalRow]) -> int:
     """Number of tensors (trunk or earlier experts) whose hash changed, over the whole run."""
     return sum(len(row.weight_changes) for row in rows)

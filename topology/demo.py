@@ -168,6 +168,7 @@ def summarise(plan: DemoPlan, labels: dict[str, str], expert_domains: dict[str, 
             run_summary.max_old_domain_loss_rise(dense) if dense else None
         ),
         "new_domains": run_summary.new_domain_perplexities(ours, labels, new),
+        **run_summary.final_against_baseline(ours, dense, labels),
         "domains_discovered": len(labels),
         "domain_labels": labels,
     }
@@ -198,6 +199,9 @@ def print_summary(report: dict, console: Console) -> None:
         "weight_forgetting",
         "max_old_domain_loss_rise",
         "baseline_max_old_domain_loss_rise",
+        "ppl_geomean_final",
+        "baseline_ppl_geomean_final",
+        "domains_dense_better",
     ):
         value = report.get(key)
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
