@@ -17,6 +17,10 @@ class ExpertsConfig:
     # per-domain thresholds), then mixes only that domain's experts:
     gate_top_k: int = 1  # most experts of the document's domain mixed (newest wins ties)
     gate_temperature: float = 0.1  # softmax temperature over the chosen experts' similarities
+    # likelihood re-ranking of texts the route stage's rule leaves unsure (docs/experts.md):
+    gate_likelihood_candidates: int = 3  # nearest domains whose experts score the text; 0: off
+    gate_likelihood_margin: float = 0.5  # nats/token the best expert must beat the trunk by
+    gate_likelihood_max_tokens: int = 128  # tokens of the text's head scored (the extra cost)
     serve_host: str = "127.0.0.1"  # HTTP API address (loopback unless you mean to expose it)
     serve_port: int = 8080  # HTTP API port (0: any free port, printed at start)
     max_tokens: int = 1024  # longest text scored (tokens beyond are cut, and reported)
@@ -29,6 +33,13 @@ class ExpertsConfig:
             raise ValueError("experts.lru_budget_mb must be >= 1")
         if self.gate_top_k < 1 or self.gate_temperature <= 0:
             raise ValueError("experts.gate_top_k must be >= 1 and experts.gate_temperature > 0")
+        if self.gate_likelihood_candidates < 0 or self.gate_likelihood_margin < 0:
+            raise ValueError(
+                "experts.gate_likelihood_candidates must be >= 0 (0: off) and "
+                "experts.gate_likelihood_margin >= 0"
+            )
+        if self.gate_likelihood_max_tokens < 2:
+            raise ValueError("experts.gate_likelihood_max_tokens must be >= 2")
         if not 0 <= self.serve_port <= 65535:
             raise ValueError(f"experts.serve_port {self.serve_port} is not a port number")
         if self.max_tokens < 2 or self.max_new_tokens < 1:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from experts.expert import Expert
+from experts.likelihood_routing import LikelihoodRouter
 from experts.manifest import Manifest
 from experts.mixture import Mixture
 from experts.records import ExpertRegistration
@@ -83,6 +84,9 @@ class ExpertServer:
         None: every text is then served by the trunk alone until domains arrive.
     max_tokens, max_new_tokens : int
         Longest scored text (longer ones are cut, and say so) and generation bound.
+    likelihood : LikelihoodRouter, optional
+        Re-ranks the gate's unsure decisions by the candidate experts' likelihood of the
+        text (:mod:`experts.likelihood_routing`); None: the gate's decision alone.
     """
 
     def __init__(
@@ -94,6 +98,7 @@ class ExpertServer:
         domains: DomainTable | None = None,
         max_tokens: int = 1024,
         max_new_tokens: int = 128,
+        likelihood: LikelihoodRouter | None = None,
     ) -> None:
         if store.trunk_fingerprint != trunk.fingerprint:
             raise ValueError("the store must be opened with the trunk's fingerprint")
@@ -109,6 +114,7 @@ class ExpertServer:
         # never feed the trunk more positions than it has (a longer text is cut, and says so)
         self.max_tokens = min(max_tokens, positions) if positions else max_tokens
         self.max_new_tokens = max_new_tokens
+        self.likelihood = likelihood
         self._on_device: dict[str, tuple[Any, Any]] = {}  # id -> (store's expert, device copy)
         self._device_lock = threading.Lock()
         self._table = ExpertTable({}, self._load_expert)
@@ -253,8 +259,24 @@ class ExpertServer:
     # ------------------------------------------------------------------ requests
     def route(self, text: str, table: ExpertTable) -> GateDecision:
         """The gate's decision for ``text``: its domain and the experts of ``table`` it gets."""
+        return self._route(text, table)[0]
+
+    def _route(self, text: str, table: ExpertTable) -> tuple[GateDecision, dict[str, Any] | None]:
+        """The decision, and what the likelihood step saw (None: it did not run)."""
         embedding = np.asarray(self.embedder.embed([text]))[0]  # (dim,)
-        return self.gate.decide(embedding, self.domains, table.by_domain)
+        decision = self.gate.decide(embedding, self.domains, table.by_domain, chars=len(text))
+        if self.likelihood is None or self.likelihood.candidates == 0:
+            return decision, None
+        input_ids, _ = self._encode(text, min(self.likelihood.max_tokens, self.max_tokens))
+        return self.likelihood.rerank(
+            Mixture(self.trunk, table),
+            self.gate,
+            input_ids,
+            embedding,
+            self.domains,
+            table.by_domain,
+            decision,
+        )
 
     def _weights(
         self, text: str, table: ExpertTable, expert_weights: dict[str, float] | None
@@ -265,12 +287,15 @@ class ExpertServer:
             if unknown:
                 raise RequestError(f"unknown expert(s) {unknown}; GET /experts lists them")
             return expert_weights, {"routed_by": "request"}
-        decision = self.route(text, table)
-        return decision.weights, {
+        decision, likelihood = self._route(text, table)
+        routing = {
             "routed_by": "gate",
             "domain": decision.domain_id,
             "domain_version": decision.domain_version,
         }
+        if likelihood is not None:  # the step re-ranked an unsure decision
+            routing["likelihood"] = likelihood
+        return decision.weights, routing
 
     def _encode(self, text: str, limit: int, keep_tail: bool = False) -> tuple[torch.Tensor, bool]:
         """``(1, T)`` token ids of ``text``, at most ``limit`` (the head, or the tail)."""

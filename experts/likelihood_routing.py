@@ -1,0 +1,168 @@
+"""Likelihood re-ranking: the experts' own likelihood of a prompt decides unsure routings.
+
+The gate (:class:`router.gate.Gate`) decides a text's domain from its embedding alone. For
+a prompt-length text that decision is often unsure (the route stage's threshold is not
+reached) and sometimes wrong: the embedding's nearest domain of a 256-character prefix is
+its own for only ~91 % of held-out documents (docs/experts.md). The experts themselves
+know better what they explain, so for those texts (DEMix-style posterior routing):
+
+```
+unsure   the route stage's rule (the nearest domain's own threshold) does not assign it
+cands    the `candidates` nearest active domains by cosine that have an expert
+score    mean next-token loss of the prompt's first `max_tokens` tokens under the trunk
+         alone (L0) and under each candidate's experts with the gate's weights (L_d):
+         one batched forward of 1 + len(cands) rows
+best     the candidate with the lowest L_d
+take it  if L0 - L_best >= margin (nats per token), and, when the embedding rule chose
+         another domain that has an expert, L_that - L_best >= margin as well;
+else     the embedding rule's decision stands
+```
+
+A text the route stage assigns is never re-ranked, nor is one whose candidates have no
+expert. The rule is :func:`choose` (pure, shared with ``bench/route_recall_experts.py``).
+
+Example
+-------
+>>> choose("legal", trunk_loss=6.0, losses={"legal": 5.8, "code": 4.0}, margin=0.5)
+'code'
+>>> choose(None, trunk_loss=6.0, losses={"code": 5.9}, margin=0.5) is None  # not clear
+True
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from experts.mixture import Mixture
+from router.gate import DomainExperts, Gate, GateDecision
+from router.table import DomainTable
+
+log = logging.getLogger(__name__)
+
+
+def choose(
+    embedding_domain: str | None,
+    trunk_loss: float,
+    losses: Mapping[str, float],
+    margin: float,
+) -> str | None:
+    """The domain a text goes to, from the losses of its candidates (module docstring).
+
+    ``embedding_domain``: the gate's decision (None: novel). ``losses``: mean next-token
+    loss under each candidate domain's experts; ``trunk_loss``: under the trunk alone.
+    """
+    if not losses:
+        return embedding_domain
+    best = min(sorted(losses), key=lambda d: losses[d])  # ties: the smaller id
+    if trunk_loss - losses[best] < margin:
+        return embedding_domain  # no expert explains the text clearly better than the trunk
+    if embedding_domain is None or best == embedding_domain:
+        return best
+    if embedding_domain in losses and losses[embedding_domain] - losses[best] < margin:
+        return embedding_domain  # the embedding's pick is about as good: it stands
+    return best
+
+
+@dataclass(frozen=True)
+class LikelihoodRouter:
+    """Re-ranks the gate's unsure decisions by the candidates' experts' likelihood.
+
+    Parameters
+    ----------
+    candidates : int
+        Nearest active domains (by cosine) whose experts are scored; 0 turns the step off.
+    margin : float
+        Nats per token by which the best candidate's expert must lower the prompt's mean
+        loss below the trunk's (and below the embedding's choice, when it overrides one).
+    max_tokens : int
+        Tokens of the prompt scored at most (its head); bounds the extra forward's cost.
+    """
+
+    candidates: int = 3
+    margin: float = 0.5
+    max_tokens: int = 128
+
+    def __post_init__(self) -> None:
+        if self.candidates < 0 or self.margin < 0 or self.max_tokens < 2:
+            raise ValueError(
+                "likelihood routing: need candidates >= 0 (0: off), margin >= 0 and "
+                f"max_tokens >= 2; got candidates={self.candidates}, margin={self.margin}, "
+                f"max_tokens={self.max_tokens}"
+            )
+
+    def candidate_domains(
+        self,
+        embedding: np.ndarray,
+        domains: DomainTable,
+        experts: DomainExperts,
+        decision: GateDecision,
+    ) -> list[str]:
+        """The domains to score for this decision; empty: the decision is not re-ranked."""
+        if self.candidates == 0:
+            return []
+        x = np.asarray(embedding, dtype=np.float32).reshape(-1)  # (dim,)
+        ids, sims, thresholds, _, version = domains.scores(x)  # sims: (K,)
+        if not ids or version != decision.domain_version:
+            return []  # the table changed since the gate read it: keep the gate's decision
+        order = np.argsort(-sims, kind="stable")  # (K,) nearest first
+        if sims[order[0]] >= thresholds[order[0]]:
+            return []  # the route stage's own decision: never re-ranked
+        return [ids[i] for i in order[: self.candidates] if experts.of(ids[i]) is not None]
+
+    def rerank(
+        self,
+        mixture: Mixture,
+        gate: Gate,
+        input_ids: torch.Tensor,
+        embedding: np.ndarray,
+        domains: DomainTable,
+        experts: DomainExperts,
+        decision: GateDecision,
+    ) -> tuple[GateDecision, dict[str, Any] | None]:
+        """``(decision, what the step saw)``; the gate's ``decision`` when not re-ranked
+        (then None). ``input_ids``: ``(1, T)`` the prompt's tokens (cut to ``max_tokens``)."""
+        names = self.candidate_domains(embedding, domains, experts, decision)
+        ids = input_ids[:, : self.max_tokens]  # (1, T)
+        if not names or ids.shape[1] < 2:
+            return decision, None
+        x = np.asarray(embedding, dtype=np.float32).reshape(-1)  # (dim,)
+        # the weights each candidate's text would be served with (the gate's own mixing)
+        mixes = {d: gate._mix(x, experts.of(d)) for d in names}
+        rows = [{}] + [mixes[d] for d in names]
+        batch = ids.expand(len(rows), -1)  # (1 + C, T)
+        with torch.no_grad():
+            losses, _ = mixture.token_losses(batch, None, rows)  # (1 + C, T-1)
+        mean = losses.mean(dim=1).tolist()  # (1 + C,)
+        scored = dict(zip(names, mean[1:], strict=True))
+        chosen = choose(decision.domain_id, mean[0], scored, self.margin)
+        info = {
+            "trunk_loss": round(mean[0], 4),
+            "losses": {d: round(v, 4) for d, v in scored.items()},
+            "changed": chosen != decision.domain_id,
+        }
+        if chosen == decision.domain_id:
+            return decision, info
+        row = domains.get(chosen)
+        if row is None:
+            return decision, info  # the row left the table meanwhile
+        centroid = np.asarray(row.centroid, dtype=np.float32)  # (dim,)
+        similarity = float(centroid @ x) / max(float(np.linalg.norm(centroid)), 1e-12)
+        return GateDecision(chosen, similarity, mixes[chosen], decision.domain_version), info
+
+
+def likelihood_router(section: Any) -> LikelihoodRouter | None:
+    """The router an ``[experts]`` section (:class:`experts.config.ExpertsConfig`) asks for;
+    None when ``gate_likelihood_candidates`` is 0 (the step is off)."""
+    if section.gate_likelihood_candidates == 0:
+        return None
+    return LikelihoodRouter(
+        section.gate_likelihood_candidates,
+        section.gate_likelihood_margin,
+        section.gate_likelihood_max_tokens,
+    )

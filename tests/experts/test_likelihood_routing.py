@@ -1,0 +1,110 @@
+"""Likelihood re-ranking with real (tiny, briefly trained) experts: a short in-domain prompt
+the embedding rule leaves on the trunk or sends wrongly gets its domain; a prompt no expert
+explains stays on the trunk; texts the route stage assigns are never re-ranked."""
+
+from __future__ import annotations
+
+import pytest
+
+from experts.config import ExpertsConfig
+from experts.likelihood_routing import LikelihoodRouter, choose, likelihood_router
+from experts.serving import ExpertServer
+from experts.store import ExpertStore
+from experts.trunk import load_trunk
+from router.embed import default_embedder
+from router.gate import Gate
+from tests.experts.conftest import domain_table, domain_texts
+from trainer.config import TrainerConfig
+from trainer.recipe import train_expert
+
+DOMAINS = ("python_code", "legal")
+JUNK = "zqxj vbkw 0x7f 9913 ##@@ ~~ qqq \u0391\u0392\u0393 \u6771\u4eac \u2603\u2603"
+
+
+@pytest.fixture(scope="module")
+def trained(trunk_dirs, tmp_path_factory: pytest.TempPathFactory):
+    """A server on its own tiny GPT-2 trunk with one expert per domain, each trained with
+    the trainer's default recipe for a few steps on that domain's documents (not the
+    prompts below, which come from later documents)."""
+    trunk = load_trunk(trunk_dirs["gpt2"])  # its own copy: the recipe maps the weights
+    store = ExpertStore(tmp_path_factory.mktemp("store"), trunk.fingerprint)
+    embedder = default_embedder()
+    table = domain_table(embedder, DOMAINS)
+    config = TrainerConfig(
+        max_steps=40, grad_accum_steps=1, progress=False, device="cpu", eval_every=20
+    )
+    server = ExpertServer(
+        trunk, store, embedder, Gate(top_k=1), table, likelihood=LikelihoodRouter(2, 0.25)
+    )
+    for domain in DOMAINS:
+        result = train_expert(trunk, domain_texts(domain, 60), [], config)
+        assert result.outcome == "finished", result.figures
+        centroid = table.get(domain).centroid
+        server.register(store.put(domain, result.expert, domain, centroid).registration())
+    return server
+
+
+def _embedding_decision(server: ExpertServer, text: str):
+    vector = server.embedder.embed([text])[0]
+    return server.gate.decide(vector, server.domains, server.table.by_domain, chars=len(text))
+
+
+def test_short_prompts_the_embedding_rule_misses_get_their_domain(trained) -> None:
+    prompts = [doc[:40] for doc in domain_texts("legal", 100, skip=200)]
+    vectors = trained.embedder.embed(prompts)
+    missed = [  # unsure (the route stage's rule does not assign them), and not given legal
+        p
+        for p, v in zip(prompts, vectors, strict=True)
+        if trained.domains.decide(v)[0] is None
+        and _embedding_decision(trained, p).domain_id != "legal"
+    ]
+    assert len(missed) >= 5, "the embedding rule should leave some 40-char prompts unsure"
+    served = [trained.score(p) for p in missed]
+    own = [s for s in served if s["domain"] == "legal"]
+    assert len(own) >= 0.6 * len(missed), [(s["domain"], s.get("likelihood")) for s in served]
+    assert all(s["experts"] == {"legal": 1.0} and s["likelihood"]["changed"] for s in own)
+    assert sum(s["domain"] == "python_code" for s in served) <= 1
+
+
+def test_a_prompt_no_expert_explains_stays_on_the_trunk(trained) -> None:
+    assert _embedding_decision(trained, JUNK).domain_id is None
+    result = trained.score(JUNK)
+    assert result["likelihood"] is not None, "the step should have scored the candidates"
+    assert result["domain"] is None and result["experts"] == {}
+    losses = result["likelihood"]["losses"]
+    assert min(losses.values()) > result["likelihood"]["trunk_loss"] - 0.25, result
+
+
+def test_a_text_the_route_stage_assigns_is_never_re_ranked(trained) -> None:
+    whole = domain_texts("python_code", 1, skip=300)[0]
+    vector = trained.embedder.embed([whole])[0]
+    assert trained.domains.decide(vector)[0] == "python_code"
+    result = trained.score(whole)
+    assert result["domain"] == "python_code" and "likelihood" not in result
+
+
+def test_off_means_the_gate_alone(trained, monkeypatch) -> None:
+    monkeypatch.setattr(trained, "likelihood", None)
+    prompt = domain_texts("legal", 1, skip=200)[0][:60]
+    assert trained.route(prompt, trained.table) == _embedding_decision(trained, prompt)
+    assert likelihood_router(ExpertsConfig(gate_likelihood_candidates=0)) is None
+    assert likelihood_router(ExpertsConfig()) == LikelihoodRouter(
+        ExpertsConfig().gate_likelihood_candidates, ExpertsConfig().gate_likelihood_margin
+    )
+
+
+def test_choose_keeps_the_embedding_decision_unless_an_expert_is_clearly_better() -> None:
+    assert choose(None, 6.0, {}, 0.5) is None
+    assert choose(None, 6.0, {"a": 5.6}, 0.5) is None  # not clearly below the trunk
+    assert choose(None, 6.0, {"a": 5.4, "b": 5.0}, 0.5) == "b"
+    assert choose("a", 6.0, {"a": 5.2, "b": 5.0}, 0.5) == "a"  # the embedding's pick stands
+    assert choose("a", 6.0, {"a": 5.8, "b": 5.0}, 0.5) == "b"
+    assert choose("c", 6.0, {"b": 5.0}, 0.5) == "b"  # c has no expert: the trunk stands for it
+    with pytest.raises(ValueError, match="margin"):
+        LikelihoodRouter(margin=-1.0)
+
+
+def test_config_refuses_bad_settings() -> None:
+    with pytest.raises(ValueError, match="gate_likelihood"):
+        ExpertsConfig(gate_likelihood_candidates=-1).validate()
+    ExpertsConfig().validate()
