@@ -20,7 +20,7 @@ class ExpertsConfig:
     # likelihood re-ranking of texts the route stage's rule leaves unsure (docs/experts.md):
     gate_likelihood_candidates: int = 3  # nearest domains whose experts score the text; 0: off
     gate_likelihood_margin: float = 0.5  # nats/token the best expert must beat the trunk by
-    gate_likelihood_max_tokens: int = 128  # tokens of the text's head scored (the extra cost)
+    gate_likelihood_max_tokens: int = 64  # tokens of the text's head scored (the extra cost)
     serve_host: str = "127.0.0.1"  # HTTP API address (loopback unless you mean to expose it)
     serve_port: int = 8080  # HTTP API port (0: any free port, printed at start)
     max_tokens: int = 1024  # longest text scored (tokens beyond are cut, and reported)

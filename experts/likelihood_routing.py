@@ -86,7 +86,7 @@ class LikelihoodRouter:
 
     candidates: int = 3
     margin: float = 0.5
-    max_tokens: int = 128
+    max_tokens: int = 64
 
     def __post_init__(self) -> None:
         if self.candidates < 0 or self.margin < 0 or self.max_tokens < 2:

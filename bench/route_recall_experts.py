@@ -1,0 +1,395 @@
+"""Routing recall at serve time with real trained experts: the gate alone vs. the gate plus
+likelihood re-ranking (experts/likelihood_routing.py).
+
+Prints ONE JSON line. The domain table is built as in ``bench/route_recall.py`` (the real
+route + discover stages over the corpus minus its held-out documents). Then every label
+that has a discovered domain gets ONE expert, trained with the trainer's default recipe
+(:func:`trainer.recipe.train_expert`, ``TrainerConfig(max_steps=30, grad_accum_steps=1,
+progress=False, device="cpu")``, default kind ``vocab_adapter``) on that label's
+*training* documents of the same split (never the held-out ones; the recipe sets its own
+evaluation rows aside from them). An expert the recipe finds "not worth it" is not
+registered (its domains stay on the trunk, as in the pipeline); each domain of a label is
+served by that label's expert.
+
+Each held-out document of a label with an expert, cut to N characters (128, 256, 512)
+and whole, is routed three ways, in the same run:
+
+* ``baseline_*``: the route stage's rule alone (``Gate.decide`` without ``chars``);
+* ``embed_*``: the gate with each text's length (the length-aware rule), what serving did
+  before the likelihood step;
+* ours (no prefix): the length-aware rule, then the likelihood step
+  (:class:`experts.likelihood_routing.LikelihoodRouter`) for texts the route stage's
+  rule leaves unsure.
+
+Keys: ``route_recall_N`` (served by its own label's expert), ``route_wrong_N`` (by another
+label's expert), ``route_foreign_N`` (each label's documents against the table and experts
+without that label's; share served by any expert, mean over labels), ``reranked_N``
+(share of texts the likelihood step scored). The loss of every text under the trunk and
+under every expert is computed once, so ``--grid FILE`` writes the same figures for a
+grid of settings (candidates x margin x max_tokens) without another forward; the JSON line
+reports the one chosen (``--set``, else the router's defaults). ``likelihood_ms`` is the
+measured extra forward of one re-ranked request (1 + candidates rows), beside
+``score_ms``, a request's own scoring forward (one row of the same text).
+
+Usage::
+
+    python bench/route_recall_experts.py [--corpus DIR] [--set margin=0.5] [--grid FILE]
+        [--cache DIR]   # trained experts kept there and reused on the next run
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import logging
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from route_recall import build_table, key, split, subtable  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+from experts.expert import Expert, ExpertConfig  # noqa: E402
+from experts.likelihood_routing import LikelihoodRouter, choose  # noqa: E402
+from experts.mixture import Mixture  # noqa: E402
+from experts.trunk import load_trunk  # noqa: E402
+from ingest.scenario import Scenario  # noqa: E402
+from router.config import RouterConfig  # noqa: E402
+from router.embed import default_embedder  # noqa: E402
+from router.gate import DomainExperts, Gate, GateExpert  # noqa: E402
+from trainer.config import TrainerConfig  # noqa: E402
+from trainer.recipe import train_expert  # noqa: E402
+from worx import bundled  # noqa: E402
+
+log = logging.getLogger("bench.route_recall_experts")
+
+SCORED_TOKENS = 64  # per-token losses kept per text; any max_tokens <= this is exact
+LENGTHS: tuple[int | None, ...] = (256, None)  # None: the whole document
+TRUNK_DOCS = 60  # held-out docs per label the trunk serves (no expert), for trunk_served_N
+GRID = {
+    "candidates": (1, 2, 3, 5),
+    "margin": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+    "max_tokens": (32, 64),
+}
+
+
+def recipe_config(steps: int) -> TrainerConfig:
+    return TrainerConfig(max_steps=steps, grad_accum_steps=1, progress=False, device="cpu")
+
+
+def train_experts(trunk, stream: Scenario, labels, steps: int, docs: int, cache: Path | None):
+    """``label -> Expert`` (only those the recipe found worth it) and ``label -> outcome``."""
+    experts, outcomes = {}, {}
+    for label in labels:
+        texts = [d.text for d in stream.domains[label][:docs]]
+        digest = hashlib.sha256(json.dumps([trunk.fingerprint, steps, texts]).encode()).hexdigest()[
+            :16
+        ]
+        path = None if cache is None else cache / f"{label}-{digest}"
+        if path is not None and (path / "outcome.json").exists():
+            meta = json.loads((path / "outcome.json").read_text())
+            config = ExpertConfig.from_dict(meta["config"])
+            tensors = load_file(str(path / "weights.safetensors"))
+            expert = Expert.from_tensors(config, meta["hidden_size"], tensors)
+            outcome = meta["outcome"]
+        else:
+            start = time.perf_counter()
+            result = train_expert(trunk, texts, [], recipe_config(steps))
+            expert, outcome = result.expert, result.outcome
+            log.warning(
+                "%s: %s in %.0f s %s", label, outcome, time.perf_counter() - start, result.figures
+            )
+            if path is not None:
+                path.mkdir(parents=True, exist_ok=True)
+                save_file(expert.tensors(), str(path / "weights.safetensors"))
+                meta = {
+                    "config": expert.config.to_dict(),
+                    "hidden_size": expert.hidden_size,
+                    "outcome": outcome,
+                }
+                (path / "outcome.json").write_text(json.dumps(meta))
+        outcomes[label] = outcome
+        if outcome == "finished":
+            experts[label] = expert
+    return experts, outcomes
+
+
+def losses_per_text(trunk, mixture: Mixture, texts, labels) -> np.ndarray:
+    """``(N, 1 + L, SCORED_TOKENS - 1)`` per-token losses of each text's head under the
+    trunk (row 0) and each label's expert (rows 1..L); NaN past a text's end."""
+    out = np.full((len(texts), 1 + len(labels), SCORED_TOKENS - 1), np.nan, np.float32)
+    rows = [{}] + [{label: 1.0} for label in labels]
+    for i, text in enumerate(texts):
+        ids = trunk.tokenizer(text)["input_ids"][:SCORED_TOKENS]
+        if len(ids) < 2:
+            continue
+        batch = torch.tensor([ids]).expand(len(rows), -1)  # (1 + L, T)
+        with torch.no_grad():
+            losses, _ = mixture.token_losses(batch, None, rows)  # (1 + L, T-1)
+        out[i, :, : losses.shape[1]] = losses.numpy()
+    return out
+
+
+def reroute(router, gate, vector, table, experts, decision, losses, column) -> tuple:
+    """``(domain served or None, re-ranked?)``: the likelihood step on cached losses,
+    exactly as :meth:`LikelihoodRouter.rerank` decides (same candidates, same rule)."""
+    names = router.candidate_domains(vector, table, experts, decision)
+    head = losses[:, : router.max_tokens - 1]  # (1 + L, t)
+    if not names or np.isnan(head[0, 0]):
+        return (decision.domain_id if decision.weights else None), False
+    mean = np.nanmean(head, axis=1)  # (1 + L,)
+    scored = {d: float(mean[column[d]]) for d in names}
+    chosen = choose(decision.domain_id, float(mean[0]), scored, router.margin)
+    served = chosen if (chosen != decision.domain_id or decision.weights) else None
+    return served, True
+
+
+def measure(trunk, table, held, embedder, gate, experts_by_label, routers, dump=None) -> dict:
+    rows = [r for r in table.rows() if r.status == "active"]
+    label_of = {r.domain_id: r.label_hint for r in rows if r.label_hint in experts_by_label}
+    labels = sorted(set(label_of.values()))
+    # labels with a domain whose expert was not worth it: the trunk serves them
+    trunk_labels = sorted({r.label_hint for r in rows if r.label_hint in held} - set(labels))
+    gate_experts = [GateExpert(d, d, table.get(d).centroid) for d in sorted(label_of)]
+    everyone = DomainExperts(gate_experts)
+    column = {d: 1 + labels.index(label_of[d]) for d in label_of}  # domain -> loss row
+    mixture = Mixture(trunk, {label: experts_by_label[label] for label in labels})
+    docs = [(label, d) for label in labels for d in held[label]]
+    n = len(docs)  # docs[:n]: labels with an expert; docs[n:]: labels the trunk serves
+    docs += [(label, d) for label in trunk_labels for d in held[label][:TRUNK_DOCS]]
+    truth = [label for label, _ in docs]
+    figures: dict = {name: {} for name in routers}
+    base: dict = {
+        "heldout_docs": n,
+        "labels_with_expert": labels,
+        "labels_trunk_served": trunk_labels,
+    }
+
+    def served_label(domain):
+        return None if domain is None else label_of[domain]
+
+    def report(out: dict, prefix: str, k: str, served: list) -> None:
+        out[f"{prefix}route_recall_{k}"] = _share(served[:n], truth[:n], right=True)
+        out[f"{prefix}route_wrong_{k}"] = _share(served[:n], truth[:n], right=False)
+        if len(docs) > n:
+            out[f"{prefix}trunk_served_{k}"] = float(np.mean([s is None for s in served[n:]]))
+        if k == "256":
+            own = [s == t for s, t in zip(served[:n], truth[:n], strict=True)]
+            out[f"{prefix}route_recall_256_by_label"] = {
+                label: round(
+                    float(np.mean([o for o, t in zip(own, truth, strict=False) if t == label])), 3
+                )
+                for label in labels
+            }
+
+    for length in LENGTHS:
+        k = key(length)
+        texts = [d.text[:length] for _, d in docs]
+        vectors = embedder.embed(texts)  # (N, dim)
+        start = time.perf_counter()
+        losses = losses_per_text(trunk, mixture, texts, labels)  # (N, 1 + L, S)
+        log.warning(
+            "length %s: losses of %d texts in %.0f s", k, len(texts), time.perf_counter() - start
+        )
+        if dump is not None:  # everything the rules see, for analysis without a forward
+            ids, sims, thresholds, cohesions, _ = table.scores(vectors[0])
+            dump.write(
+                json.dumps(
+                    {
+                        "length": k,
+                        "domains": ids,
+                        "labels": labels,
+                        "thresholds": thresholds.tolist(),
+                        "cohesions": cohesions.tolist(),
+                        "label_of": label_of,
+                        "n_with_expert": n,
+                    }
+                )
+                + "\n"
+            )
+            for i, text in enumerate(texts):
+                means = {
+                    t: np.nanmean(losses[i][:, : t - 1], axis=1).round(4).tolist()
+                    for t in GRID["max_tokens"]
+                    if not np.isnan(losses[i][0, 0])
+                }
+                dump.write(
+                    json.dumps(
+                        {
+                            "label": truth[i],
+                            "chars": len(text),
+                            "sims": table.scores(vectors[i])[1].round(5).tolist(),
+                            "mean_loss": means,
+                        }
+                    )
+                    + "\n"
+                )
+        embed = gate.decide_many(vectors, table, everyone, [len(t) for t in texts])
+        route = gate.decide_many(vectors, table, everyone)
+        for prefix, decisions in (("baseline_", route), ("embed_", embed)):
+            report(
+                base,
+                prefix,
+                k,
+                [served_label(d.domain_id) if d.weights else None for d in decisions],
+            )
+        for name, router in routers.items():
+            outcome = [
+                reroute(router, gate, v, table, everyone, d, loss, column)
+                for v, d, loss in zip(vectors, embed, losses, strict=True)
+            ]
+            report(figures[name], "", k, [served_label(s) for s, _ in outcome])
+            figures[name][f"reranked_{k}"] = float(np.mean([r for _, r in outcome[:n]]))
+        # out-of-domain: each label's documents against the table and experts without it
+        foreign: dict[str, list[float]] = defaultdict(list)
+        for label in labels:
+            sub = subtable([r for r in rows if label_of.get(r.domain_id) != label])
+            others = DomainExperts(e for e in gate_experts if label_of[e.domain_id] != label)
+            mine = [i for i, t in enumerate(truth[:n]) if t == label]
+            lens = [len(texts[i]) for i in mine]
+            sub_embed = gate.decide_many(vectors[mine], sub, others, lens)
+            sub_route = gate.decide_many(vectors[mine], sub, others)
+            foreign["baseline_"].append(float(np.mean([bool(d.weights) for d in sub_route])))
+            foreign["embed_"].append(float(np.mean([bool(d.weights) for d in sub_embed])))
+            for name, router in routers.items():
+                served = [
+                    reroute(router, gate, vectors[i], sub, others, d, losses[i], column)[0]
+                    for i, d in zip(mine, sub_embed, strict=True)
+                ]
+                foreign[name].append(float(np.mean([s is not None for s in served])))
+        for prefix in ("baseline_", "embed_"):
+            base[f"{prefix}route_foreign_{k}"] = float(np.mean(foreign[prefix]))
+        for name in routers:
+            figures[name][f"route_foreign_{k}"] = float(np.mean(foreign[name]))
+    return {"base": base, "figures": figures}
+
+
+def _share(served, truth, right: bool) -> float:
+    if right:
+        return float(np.mean([s == t for s, t in zip(served, truth, strict=True)]))
+    return float(np.mean([s is not None and s != t for s, t in zip(served, truth, strict=True)]))
+
+
+def cost(trunk, embedder, gate, table, held, experts_by_label, router, count: int = 60) -> dict:
+    """Milliseconds of the likelihood step's forward (1 + candidates rows) per re-ranked
+    256-character request, beside one scoring forward (1 row) of the same text; and whether
+    :meth:`LikelihoodRouter.rerank` (the serving path) decides as the cached evaluation."""
+    rows = [r for r in table.rows() if r.status == "active"]
+    label_of = {r.domain_id: r.label_hint for r in rows if r.label_hint in experts_by_label}
+    labels = sorted(set(label_of.values()))
+    column = {d: 1 + labels.index(label_of[d]) for d in label_of}
+    everyone = DomainExperts(GateExpert(d, d, table.get(d).centroid) for d in sorted(label_of))
+    mixture = Mixture(trunk, {d: experts_by_label[label] for d, label in label_of.items()})
+    by_label = Mixture(trunk, {label: experts_by_label[label] for label in labels})
+    texts = [d.text[:256] for label in labels for d in held[label]]
+    texts = texts[:: max(1, len(texts) // (count * 3))]  # spread over the labels
+    rerank_ms, score_ms, agree = [], [], []
+    for text in texts:
+        vector = embedder.embed([text])[0]
+        decision = gate.decide(vector, table, everyone, chars=len(text))
+        ids = torch.tensor([trunk.tokenizer(text)["input_ids"][: router.max_tokens]])
+        if ids.shape[1] < 2 or not router.candidate_domains(vector, table, everyone, decision):
+            continue
+        start = time.perf_counter()
+        served, _ = router.rerank(mixture, gate, ids, vector, table, everyone, decision)
+        rerank_ms.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        with torch.no_grad():
+            mixture.token_losses(ids, None, [served.weights])
+        score_ms.append((time.perf_counter() - start) * 1000)
+        losses = losses_per_text(trunk, by_label, [text], labels)[0]
+        cached, _ = reroute(router, gate, vector, table, everyone, decision, losses, column)
+        agree.append(cached == (served.domain_id if served.weights else None))
+        if len(rerank_ms) == count:
+            break
+    return {
+        "likelihood_ms": round(float(np.median(rerank_ms)), 2) if rerank_ms else None,
+        "score_ms": round(float(np.median(score_ms)), 2) if score_ms else None,
+        "cost_requests": len(rerank_ms),
+        "serving_path_agrees": float(np.mean(agree)) if agree else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, default=None, help="default: data/corpus")
+    parser.add_argument("--trunk", type=Path, default=None, help="default: the bundled trunk")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--per-domain", type=int, default=600, help="docs per phase (cap)")
+    parser.add_argument("--mixture", type=int, default=1000, help="docs of the final mixture")
+    parser.add_argument("--steps", type=int, default=30, help="recipe steps per expert")
+    parser.add_argument("--train-docs", type=int, default=300, help="training docs per label")
+    parser.add_argument(
+        "--heldout-cap", type=int, default=0, help="held-out docs per label (0: all; smoke)"
+    )
+    parser.add_argument("--cache", type=Path, default=None, help="keep/reuse trained experts")
+    parser.add_argument("--grid", type=Path, default=None, help="write the settings grid here")
+    parser.add_argument("--dump", type=Path, default=None, help="write per-text scores here")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a setting of the likelihood step (candidates, margin, max_tokens)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    chosen = {}
+    for item in args.set:
+        field, _, value = item.partition("=")
+        if field not in GRID:
+            parser.error(f"unknown setting {field!r}: one of {sorted(GRID)}")
+        chosen[field] = float(value) if field == "margin" else int(value)
+    shipped = LikelihoodRouter(**chosen)
+    routers = {"ours": shipped}
+    if args.grid is not None:
+        for c, m, t in itertools.product(*GRID.values()):
+            routers[f"c{c}_m{m}_t{t}"] = LikelihoodRouter(c, m, t)
+
+    config = RouterConfig()
+    embedder = default_embedder(config)
+    stream, held = split(Scenario.from_directory(args.corpus), config)
+    if args.heldout_cap:
+        held = {label: docs[: args.heldout_cap] for label, docs in held.items()}
+    table = build_table(stream, config, embedder, args.per_domain, args.mixture, args.seed)
+    trunk = load_trunk(args.trunk or bundled.trunk_dir())
+    labels = sorted({r.label_hint for r in table.rows() if r.status == "active"} & set(held))
+    experts, outcomes = train_experts(
+        trunk, stream, labels, args.steps, args.train_docs, args.cache
+    )
+    gate = Gate()
+    dump = None if args.dump is None else args.dump.open("w")
+    try:
+        result = measure(trunk, table, held, embedder, gate, experts, routers, dump)
+    finally:
+        if dump is not None:
+            dump.close()
+    line = {
+        "corpus": str(args.corpus or "data/corpus"),
+        "seed": args.seed,
+        "steps": args.steps,
+        "domains": len([r for r in table.rows() if r.status == "active"]),
+        "experts_not_worth_it": sorted(k for k, v in outcomes.items() if v != "finished"),
+        **result["figures"]["ours"],
+        **result["base"],
+        "likelihood": {k: getattr(shipped, k) for k in GRID},
+        **cost(trunk, embedder, gate, table, held, experts, shipped),
+        "torch_threads": torch.get_num_threads(),
+    }
+    if args.grid is not None:
+        grid = {k: v for k, v in result["figures"].items() if k != "ours"}
+        args.grid.write_text(json.dumps(grid, indent=1, sort_keys=True))
+    print(json.dumps(line))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
