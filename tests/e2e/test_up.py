@@ -7,12 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer
 
+from tests.support.kafka import publish_many, read_messages
 from topology.topics import ensure_topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -22,12 +21,12 @@ def test_up_reads_company_topic_routes_it_and_stops_cleanly(tmp_path, kafka_conf
     prefix = f"up{uuid.uuid4().hex[:6]}"
     company = f"{prefix}-company-tickets"
     ensure_topics(kafka_conf, prefix=prefix, partitions=2, extra={company: 2})
-    producer = Producer(kafka_conf)
-    for i in range(30):
-        body = {"ticket": f"T{i}", "body": f"printer {i} on floor {i % 3} is jammed again"}
-        producer.produce(company, json.dumps(body).encode())
-    producer.produce(company, b"not json at all")
-    assert producer.flush(10) == 0
+    bodies = [
+        json.dumps({"ticket": f"T{i}", "body": f"printer {i} on floor {i % 3} is jammed again"})
+        for i in range(30)
+    ]
+    values = [body.encode() for body in bodies] + [b"not json at all"]
+    publish_many(kafka_conf, company, ((None, value) for value in values))
     (tmp_path / "worx.toml").write_text(
         f'data_dir = "{tmp_path / "state"}"\n'
         f'[kafka]\nbootstrap_servers = "{kafka_conf["bootstrap.servers"]}"\n'
@@ -42,25 +41,25 @@ def test_up_reads_company_topic_routes_it_and_stops_cleanly(tmp_path, kafka_conf
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    consumer = Consumer(
-        {**kafka_conf, "group.id": f"check-{prefix}", "auto.offset.reset": "earliest"}
-    )
-    consumer.subscribe([f"{prefix}.routed", f"{prefix}.dlq"])
-    routed, dead = set(), 0
-    deadline = time.monotonic() + 120
+
+    def routed_ids(messages) -> set[str]:
+        return {json.loads(m.value())["doc_id"] for m in messages if m.topic().endswith(".routed")}
+
+    def dead_count(messages) -> int:
+        return sum(m.topic().endswith(".dlq") for m in messages)
+
     try:
-        while (len(routed) < 30 or dead < 1) and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None or msg.error():
-                continue
-            if msg.topic().endswith(".routed"):
-                routed.add(json.loads(msg.value())["doc_id"])
-            else:
-                dead += 1
+        messages = read_messages(
+            kafka_conf,
+            [f"{prefix}.routed", f"{prefix}.dlq"],
+            lambda ms: len(routed_ids(ms)) >= 30 and dead_count(ms) >= 1,
+            timeout_s=120,
+            raise_on_timeout=False,  # the assertions below say what was missing, with up's log
+        )
     finally:
-        consumer.close()
         up.send_signal(signal.SIGTERM)
         _, err = up.communicate(timeout=60)
+    routed, dead = routed_ids(messages), dead_count(messages)
     assert routed == {f"T{i}" for i in range(30)}, err.decode()[-2000:]
     assert dead == 1
     assert up.returncode == 0, err.decode()[-2000:]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
 from ingest.records import Doc
 
@@ -44,9 +45,67 @@ def produce_docs(
 
 def publish(conf: dict, topic: str, key: str, value: bytes) -> None:
     """Produce one message and wait for it."""
+    publish_many(conf, topic, [(key, value)])
+
+
+def publish_many(
+    conf: dict, topic: str, messages: Iterable[tuple[str | None, bytes | None]]
+) -> None:
+    """Produce ``(key, value)`` pairs in order (a None value is a tombstone) and wait until
+    every one is delivered."""
     producer = Producer(conf)
-    producer.produce(topic, value, key=key)
+    for key, value in messages:
+        producer.produce(topic, value, key=key)
     assert producer.flush(15) == 0
+
+
+def read_messages(
+    conf: dict,
+    topics: str | Sequence[str],
+    until: Callable[[list[Message]], bool],
+    timeout_s: float = 60.0,
+    partitions: Sequence[int] | None = None,
+    raise_on_timeout: bool = True,
+) -> list[Message]:
+    """Read ``topics`` from the start until ``until(messages read so far)`` is true.
+
+    Every partition of each topic is assigned (or only ``partitions``), so no group is
+    joined and nothing is committed. ``until`` is called before the first poll and after
+    every poll (each adds at most one message). On timeout (an upper bound only: it returns
+    as soon as the condition holds) it raises AssertionError with what was read, or, with
+    ``raise_on_timeout=False``, returns what was read for the caller's own assertions.
+    """
+    names = [topics] if isinstance(topics, str) else list(topics)
+    consumer = Consumer(
+        {**conf, "group.id": f"reader-{uuid.uuid4().hex}", "enable.auto.commit": False}
+    )
+    messages: list[Message] = []
+    try:
+        assigned = []
+        for name in names:
+            if partitions is None:
+                found = consumer.list_topics(name, timeout=10).topics[name].partitions
+                assigned += [TopicPartition(name, p, OFFSET_BEGINNING) for p in sorted(found)]
+            else:
+                assigned += [TopicPartition(name, p, OFFSET_BEGINNING) for p in partitions]
+        consumer.assign(assigned)
+        deadline = time.monotonic() + timeout_s
+        while not until(messages):
+            if time.monotonic() > deadline:
+                if not raise_on_timeout:
+                    break
+                shown = [m.value() for m in messages[:20]]
+                raise AssertionError(
+                    f"condition not met on {', '.join(names)} within {timeout_s}s; read "
+                    f"{len(messages)} messages: {shown}{' ...' if len(messages) > 20 else ''}"
+                )
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            messages.append(msg)
+    finally:
+        consumer.close()
+    return messages
 
 
 def read_values(
@@ -55,30 +114,21 @@ def read_values(
     until: Callable[[list], bool],
     decode: Callable[[bytes], Any] = lambda value: value,
     timeout_s: float = 60.0,
+    partitions: Sequence[int] | None = (0,),
 ) -> list:
-    """Read ``topic`` (partition 0) from the start until ``until(decoded values)`` is true.
+    """Read ``topic`` (partition 0, or ``partitions``; None: every one) from the start until
+    ``until(decoded values)`` is true, called as by :func:`read_messages`.
 
     Raises AssertionError with what was read if the condition is not met within ``timeout_s``
     (an upper bound only: it returns as soon as the values are there).
     """
-    consumer = Consumer(
-        {**conf, "group.id": f"reader-{uuid.uuid4().hex}", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # one partition: no group join
     values: list = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not until(values):
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"condition not met on {topic} within {timeout_s}s; read {values}"
-                )
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            values.append(decode(msg.value()))
-    finally:
-        consumer.close()
+
+    def done(messages: list[Message]) -> bool:
+        values.extend(decode(m.value()) for m in messages[len(values) :])
+        return until(values)
+
+    read_messages(conf, topic, done, timeout_s, partitions)
     return values
 
 
@@ -118,5 +168,37 @@ def drain(
             else:
                 out.append((msg.key(), msg.value()))
         return out
+    finally:
+        consumer.close()
+
+
+def leave_mid_join(conf: dict, group: str, topics: list[str], timeout_s: float = 10.0) -> None:
+    """Join ``group`` on ``topics`` and leave while the broker still holds the JoinGroup
+    request (librdkafka's ``cgrp.join_state`` is ``wait-join``), as a stage stopped during
+    its group join does. The embedded broker then keeps the group waiting for the member
+    that left: a later member of that group gets no partitions.
+    """
+    join_state: list[str] = []
+
+    def on_stats(raw: str) -> None:
+        join_state.append(json.loads(raw).get("cgrp", {}).get("join_state", ""))
+
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": group,
+            "session.timeout.ms": 10_000,
+            "max.poll.interval.ms": 86_400_000,  # as the monitor's
+            "enable.auto.commit": False,
+            "statistics.interval.ms": 100,
+            "stats_cb": on_stats,
+        }
+    )
+    try:
+        consumer.subscribe(topics)
+        deadline = time.monotonic() + timeout_s
+        while "wait-join" not in join_state:
+            assert time.monotonic() < deadline, f"{group}: no JoinGroup sent in {timeout_s}s"
+            consumer.poll(0.1)
     finally:
         consumer.close()

@@ -8,17 +8,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import uuid
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from ingest.records import DeadLetter, Doc
+from tests.support.kafka import publish_many, read_values
 from topology.config import WorxConfig
 from topology.faust_agents import AgentNotConfigured, available
 from topology.faust_app import create_app
+from topology.topics import ensure_topics
 
 
 def _stream_env(broker, topics, source: str, tmp_path) -> dict:
@@ -68,23 +66,10 @@ def stop_worker(worker: subprocess.Popen) -> str:
 
 
 def collect(kafka_conf: dict, topic: str, count: int, timeout_s: float = 90) -> list[bytes]:
-    """Read ``topic`` from the start until ``count`` messages arrived (or fail)."""
-    consumer = Consumer({**kafka_conf, "group.id": f"c-{uuid.uuid4()}"})
-    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(out) < count:
-            assert time.monotonic() < deadline, (
-                f"{topic}: {len(out)} of {count} within {timeout_s}s"
-            )
-            msg = consumer.poll(0.5)
-            if msg is not None and not msg.error():
-                out.append(msg.value())
-        return out
-    finally:
-        consumer.close()
+    """Read ``topic`` (every partition) from the start until ``count`` messages arrived."""
+    return read_values(
+        kafka_conf, topic, lambda values: len(values) >= count, timeout_s=timeout_s, partitions=None
+    )
 
 
 @pytest.mark.broker
@@ -92,17 +77,10 @@ def test_worx_stream_runs_normalise_at_least_once_and_dead_letters(
     tmp_path, broker, kafka_conf, topics
 ):
     source = f"{topics.prefix}.company"
-    admin = AdminClient(kafka_conf)
-    admin.create_topics([NewTopic(source, num_partitions=2, replication_factor=1)])[source].result(
-        10
-    )
-    producer = Producer(kafka_conf)
-    for i in range(200):
-        producer.produce(source, json.dumps({"id": f"f{i}", "text": f"faust  {i}"}).encode())
+    ensure_topics(kafka_conf, prefix=topics.prefix, partitions=2, extra={source: 2})
+    good = [json.dumps({"id": f"f{i}", "text": f"faust  {i}"}).encode() for i in range(200)]
     bad = [b"not json", b"[]", b'{"id": "x"}', b'{"text": 7}', b'{"text": "  "}', b"\xff\xfe"]
-    for value in bad:
-        producer.produce(source, value)
-    assert producer.flush(10) == 0
+    publish_many(kafka_conf, source, ((None, value) for value in good + bad))
 
     env = _stream_env(broker, topics, source, tmp_path)
     cmd = [sys.executable, "-m", "topology.cli", "stream", "--agents", "normalise"]
@@ -127,15 +105,10 @@ def test_worx_stream_killed_with_sigkill_then_restarted_loses_nothing(
     tmp_path, broker, kafka_conf, topics
 ):
     source = f"{topics.prefix}.company"
-    admin = AdminClient(kafka_conf)
-    admin.create_topics([NewTopic(source, num_partitions=2, replication_factor=1)])[source].result(
-        10
-    )
-    producer = Producer(kafka_conf)
+    ensure_topics(kafka_conf, prefix=topics.prefix, partitions=2, extra={source: 2})
     total = 5000
-    for i in range(total):
-        producer.produce(source, json.dumps({"id": f"k{i}", "text": f"kill test {i}"}).encode())
-    assert producer.flush(10) == 0
+    values = (json.dumps({"id": f"k{i}", "text": f"kill test {i}"}).encode() for i in range(total))
+    publish_many(kafka_conf, source, ((None, value) for value in values))
     env = _stream_env(broker, topics, source, tmp_path)
     cmd = [sys.executable, "-m", "topology.cli", "stream", "--agents", "normalise"]
     first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
@@ -147,18 +120,13 @@ def test_worx_stream_killed_with_sigkill_then_restarted_loses_nothing(
     second = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
     try:
         ids: set[str] = set()
-        consumer = Consumer({**kafka_conf, "group.id": f"c-{uuid.uuid4()}"})
-        parts = consumer.list_topics(topics.docs, timeout=10).topics[topics.docs].partitions
-        consumer.assign([TopicPartition(topics.docs, p, OFFSET_BEGINNING) for p in parts])
-        deadline = time.monotonic() + 120
-        seen = 0
-        while len(ids) < total:
-            assert time.monotonic() < deadline, f"{len(ids)} of {total} ids after restart"
-            msg = consumer.poll(0.5)
-            if msg is not None and not msg.error():
-                ids.add(Doc.from_json(msg.value()).doc_id)
-                seen += 1
-        consumer.close()
+
+        def every_id(docs: list[Doc]) -> bool:
+            ids.update(doc.doc_id for doc in docs[-1:])  # called after every poll
+            return len(ids) >= total
+
+        docs = read_values(kafka_conf, topics.docs, every_id, Doc.from_json, 120, partitions=None)
+        seen = len(docs)
     finally:
         stop_worker(second)
     assert ids == {f"k{i}" for i in range(total)}
