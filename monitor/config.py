@@ -18,7 +18,7 @@ class MonitorConfig:
     baseline: bool = True  # also run the dense sequential fine-tuning baseline
     baseline_steps: int = 50  # dense optimizer steps per domain (trainer.dense.DenseConfig)
     baseline_lr: float = 1e-3  # dense peak learning rate (the best of bench/train.py's sweep)
-    group_id: str = "worx-monitor"  # consumer group of the monitor
+    group_id: str = ""  # consumer group of the monitor; empty: "<kafka.topic_prefix>-monitor"
     fetch_timeout_s: float = 15.0  # wait this long for a job's held-out documents
     domains_wait_s: float = 30.0  # a registration waits this long for its domain's row
 

@@ -19,7 +19,7 @@ from monitor.records import EvalRow
 from monitor.stage import MonitorStage
 from router.records import DomainRecord, DriftEvent, TrainJob
 from tests.monitor.smallrun import DENSE, SmallRun, corpus_docs, train_expert
-from tests.support.kafka import produce, read_values
+from tests.support.kafka import leave_mid_join, produce, read_values
 from topology.fetch import kafka_fetch
 from topology.runner import StageRunner
 from topology.topics import Topics
@@ -260,9 +260,13 @@ def test_worx_monitor_command_follows_the_stream(
         "--store",
         str(tmp_path / "store"),
     ]
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
+    # another deployment's monitor on this cluster stopped during its group join (as `worx
+    # up`'s is in tests/e2e/test_up.py), in the group every monitor shared before groups
+    # followed the topic prefix: this one must not wait for it
+    leave_mid_join(kafka_conf, "worx-monitor", [topics.docs])
+    log = tmp_path / "monitor.log"  # a file, not a pipe: nobody drains a pipe meanwhile
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
         line = proc.stdout.readline()
         assert line.startswith("dashboard on http://127.0.0.1:"), line
@@ -311,6 +315,9 @@ def test_worx_monitor_command_follows_the_stream(
         assert json.loads((tmp_path / "domain_labels.json").read_text()) == {
             "legal": "Court rulings"
         }
+    except BaseException as exc:
+        exc.add_note(f"worx monitor's stderr (last 4000 characters):\n{log.read_text()[-4000:]}")
+        raise
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=30) == 0, log.read_text()[-4000:]

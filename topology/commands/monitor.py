@@ -127,12 +127,15 @@ def _run(args: argparse.Namespace) -> int:
         ]
         # an evaluation (and a dense baseline step) may take long between two polls
         runner_conf = {"max.poll.interval.ms": 86_400_000, **conf}
+        # one group per deployment (prefix), as route's and discover's: deployments sharing
+        # a cluster never join, rebalance or wedge each other's group
+        group = config.monitor.group_id or f"{prefix}-monitor"
         runner = StageRunner(
             stage,
             runner_conf,
             topics,
             inputs,
-            config.monitor.group_id,
+            group,
             "monitor",
             session_timeout_ms=config.kafka.session_timeout_ms,
             on_batch=lambda _in, _out: stage.live.save(),
