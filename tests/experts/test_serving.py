@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from confluent_kafka import Producer
 
 from experts.serving import ExpertServer
 from experts.store import WEIGHTS, ExpertStore
 from router.embed import default_embedder
 from router.gate import Gate
 from tests.experts.conftest import domain_table, domain_texts, make_domain_expert
+from tests.support.kafka import publish_many
 from topology.hot import RegistrationFollower
 from topology.http_api import make_http_server, serve_in_thread
 
@@ -219,14 +219,15 @@ def test_follower_applies_topic_events_from_the_real_broker(server, kafka_conf, 
             done.notify_all()
 
     follower = RegistrationFollower(server, kafka_conf, topics.experts, on_outcome).start()
-    producer = Producer(kafka_conf)
     try:
         code = _put(server, "code", "python_code", 1).registration()
-        producer.produce(topics.experts, key="junk", value=b"{not a record")
-        producer.produce(topics.experts, key="code", value=code.to_json())
-        producer.produce(topics.experts, key="code", value=code.to_json())  # replay: no-op
-        producer.produce(topics.experts, key="code", value=None)  # tombstone
-        producer.flush(10)
+        events = [
+            ("junk", b"{not a record"),
+            ("code", code.to_json()),
+            ("code", code.to_json()),  # replay: no-op
+            ("code", None),  # tombstone
+        ]
+        publish_many(kafka_conf, topics.experts, events)
         with done:
             assert done.wait_for(lambda: len(outcomes) >= 3, timeout=30)
         assert [o.status for o in outcomes] == ["registered", "unchanged", "removed"]
@@ -253,14 +254,12 @@ def test_a_bfloat16_trunk_gets_expert_copies_in_its_dtype(trunk_dirs, tmp_path) 
 
 
 def test_restart_rebuilds_from_store_and_topic(server, gpt2_trunk, kafka_conf, topics) -> None:
-    producer = Producer(kafka_conf)
     code = _put(server, "code", "python_code", 1).registration()
     legal = _put(server, "legal", "legal", 2).registration()
     _put(server, "bio", "biomedical", 3)  # stored, never announced (killed in between)
-    for registration in (code, legal):
-        producer.produce(topics.experts, key=registration.expert_id, value=registration.to_json())
-    producer.produce(topics.experts, key="legal", value=None)  # later withdrawn
-    assert producer.flush(10) == 0
+    events = [(r.expert_id, r.to_json()) for r in (code, legal)]
+    events.append(("legal", None))  # later withdrawn
+    publish_many(kafka_conf, topics.experts, events)
 
     restarted = _server(gpt2_trunk, ExpertStore(server.store.root, gpt2_trunk.fingerprint))
     assert list(restarted.rebuild_from_store()) == ["bio", "code", "legal"]
@@ -304,3 +303,35 @@ def test_an_expert_is_served_only_through_its_domain_row(server) -> None:
     assert server.score(tech)["experts"] == {"tech": 1.0}
     assert server.health()["experts_without_domain"] == []
     assert server.score(CODE, expert_weights={"tech": 1.0})["routed_by"] == "request"
+
+
+def test_a_short_prompt_gets_its_domain_expert_where_the_table_rule_gave_none(
+    gpt2_trunk, tmp_path
+) -> None:
+    """Prompt-length texts of a known domain: the route stage's rule (whole-document
+    thresholds) calls most of them novel; the server passes each text's length, so the
+    gate's length-aware rule serves them with their domain's expert."""
+    from router.table import DomainTable
+    from tests.support.domains import promoted_row
+    from worx import bundled
+
+    embedder = default_embedder()
+    table = DomainTable()
+    for domain in DOMAINS:
+        table.apply(promoted_row(embedder, domain))  # rows as discover promotes them
+    store = ExpertStore(tmp_path / "store", gpt2_trunk.fingerprint)
+    server = ExpertServer(gpt2_trunk, store, embedder, Gate(top_k=1), table)
+    for expert_id, domain, seed in (("code", "python_code", 1), ("legal", "legal", 2)):
+        server.register(_put(server, expert_id, domain, seed).registration())
+    prompts = [doc[:80] for doc in bundled.domain_texts("legal", 25, skip=200)]
+    by_table_rule = [
+        server.gate.decide(v, server.domains, server.table.by_domain).domain_id
+        for v in embedder.embed(prompts)
+    ]
+    novel = [p for p, domain in zip(prompts, by_table_rule, strict=True) if domain is None]
+    assert len(novel) >= 20, by_table_rule  # the old rule leaves prompts on the trunk
+    served = [server.score(p) for p in novel]
+    own = [s for s in served if s["domain"] == "legal"]
+    assert len(own) >= 0.6 * len(novel), [s["domain"] for s in served]
+    assert all(s["experts"] == {"legal": 1.0} for s in own)
+    assert sum(s["domain"] not in ("legal", None) for s in served) <= 1

@@ -8,6 +8,7 @@ import pytest
 from router.gate import DomainExperts, Gate, GateExpert
 from router.records import DomainRecord
 from router.table import DomainTable
+from tests.support.domains import promoted_row
 from worx.bundled import domain_texts
 
 
@@ -20,25 +21,13 @@ def _whole_documents(domain: str, count: int, skip: int = 0) -> list[str]:
     return domain_texts(domain, count, skip)
 
 
-def _promoted(embedder, domain: str, count: int = 100, core: int = 70) -> DomainRecord:
-    """A row as discover promotes one: a dense core (the ``core`` of ``count`` whole
-    documents nearest their mean), threshold = min(2 % quantile, mean - 3 std) of the core's
-    cosines to its centroid, cohesion = their mean (router/discover.py's rule)."""
-    vectors = embedder.embed(_whole_documents(domain, count))  # (count, dim)
-    nearest = np.argsort(-(vectors @ _unit(vectors.mean(axis=0))))[:core]
-    centroid = _unit(vectors[nearest].mean(axis=0))
-    sims = (vectors[nearest] @ centroid).astype(np.float64)  # (core,)
-    threshold = min(float(np.quantile(sims, 0.02)), float(sims.mean() - 3 * sims.std()))
-    return DomainRecord(domain, centroid.tolist(), threshold, core, float(sims.mean()))
-
-
 @pytest.fixture(scope="module")
 def real():
     from router.embed import default_embedder
 
     embedder = default_embedder()
     rows = {
-        d: _promoted(embedder, d)
+        d: promoted_row(embedder, d)
         for d in ("python_code", "legal", "fiction_austen", "scripture", "news")
     }
     return embedder, rows
