@@ -44,10 +44,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
     """``sum_i w_i * CE(logits_i, y_i)``, every gradient computed chunk by chunk in forward.
 
     ``logits = h W^T + b`` from the frozen output layer, plus, when the expert has an output
-    part, ``low up^T + extra_bias`` (``low = down(h)``, computed by autograd outside). The
-    two are one matmul: ``[h, low] [W, up]^T`` (skinny rank-``r`` matmuls over the
-    ``(c, V)`` logits would each read them from memory again), and the gradients of ``h`` and
-    ``low`` are one matmul back.
+    part, ``low up^T + extra_bias`` (``low = down(h)``, computed by autograd outside),
+    accumulated in place into the one ``(c, V)`` buffer of the chunk (each extra ``(c, V)``
+    tensor costs memory and, freshly mapped, page faults).
     """
 
     @staticmethod
@@ -66,34 +65,35 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # hidden (N, d), weight (V, d), bias (V,) | None, low (N, r) | None, up (V, r) | None,
         # extra_bias (V,) | None, targets (N,), token_weights (N,)
         need = ctx.needs_input_grad
-        d = hidden.shape[1]
-        inputs, matrix = hidden, weight
-        if low is not None:
-            inputs = torch.cat([hidden, low.to(hidden.dtype)], dim=1)  # (N, d + r)
-            matrix = torch.cat([weight, up.to(weight.dtype)], dim=1)  # (V, d + r)
         offset = None
         if bias is not None or extra_bias is not None:
             offset = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device)
             for b in (bias, extra_bias):
                 if b is not None:
                     offset += b.float()  # (V,)
-        grad_in = torch.empty_like(inputs) if need[0] or (low is not None and need[3]) else None
+        grad_h = torch.empty_like(hidden) if need[0] else None
+        grad_low = torch.empty_like(low) if low is not None and need[3] else None
         grad_up = torch.zeros_like(up, dtype=torch.float32) if up is not None and need[4] else None
         grad_eb = (
             torch.zeros_like(extra_bias, dtype=torch.float32)
             if extra_bias is not None and need[5]
             else None
         )
+        up32 = None if up is None else up.float()  # (V, r)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         with torch.autocast(hidden.device.type, enabled=False):
             for start in range(0, hidden.shape[0], chunk):
-                x = inputs[start : start + chunk].to(matrix.dtype)  # (c, d [+ r])
-                if offset is None:
-                    logits = (x @ matrix.t()).float()  # (c, V)
-                elif matrix.dtype == torch.float32:
-                    logits = torch.addmm(offset, x, matrix.t())  # (c, V)
+                h = hidden[start : start + chunk].to(weight.dtype)  # (c, d)
+                if offset is not None and weight.dtype == torch.float32:
+                    logits = torch.addmm(offset, h, weight.t())  # (c, V)
                 else:
-                    logits = (x @ matrix.t()).float() + offset
+                    logits = (h @ weight.t()).float()  # (c, V)
+                    if offset is not None:
+                        logits += offset
+                lo = None
+                if low is not None:
+                    lo = low[start : start + chunk].float()  # (c, r)
+                    logits.addmm_(lo, up32.t())  # in place: no second (c, V) buffer
                 y = targets[start : start + chunk]  # (c,)
                 w = token_weights[start : start + chunk].float()  # (c,)
                 picked = logits.gather(1, y[:, None]).squeeze(1)  # (c,)
@@ -102,23 +102,21 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 norm = probs.sum(dim=-1, keepdim=True)  # (c, 1)
                 lse = (top + norm.log()).squeeze(1)  # (c,) logsumexp
                 total = total + ((lse - picked) * w).sum()
-                if grad_in is None and grad_up is None and grad_eb is None:
+                if grad_h is None and grad_low is None and grad_up is None and grad_eb is None:
                     continue
                 probs.div_(norm)  # softmax
                 probs[torch.arange(len(y), device=y.device), y] -= 1.0
                 probs.mul_(w[:, None])  # (c, V) dL/dlogits
-                if grad_in is not None:
-                    grad_in[start : start + chunk] = (probs.to(matrix.dtype) @ matrix).to(
-                        inputs.dtype
+                if grad_h is not None:
+                    grad_h[start : start + chunk] = (probs.to(weight.dtype) @ weight).to(
+                        hidden.dtype
                     )
+                if grad_low is not None:
+                    grad_low[start : start + chunk] = (probs @ up32).to(low.dtype)  # (c, r)
                 if grad_up is not None:
-                    grad_up += probs.t() @ x[:, d:].float()  # (V, r)
+                    grad_up.addmm_(probs.t(), lo)  # (V, r)
                 if grad_eb is not None:
                     grad_eb += probs.sum(0)  # (V,)
-        grad_h = grad_low = None
-        if grad_in is not None:
-            grad_h = grad_in[:, :d] if need[0] else None
-            grad_low = grad_in[:, d:].to(low.dtype) if low is not None and need[3] else None
         ctx.grads = (grad_h, grad_low, grad_up, grad_eb)
         ctx.dtypes = (
             None if up is None else up.dtype,

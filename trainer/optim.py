@@ -140,6 +140,9 @@ class FlatOptimizer:
             for p in self.params
         ]
         self.flat.grad = torch.cat(grads).to(self.flat.device, torch.float32)  # (P,)
+        del grads
+        for p in self.params:
+            p.grad = None  # held once, in the flat gradient, while the step's temporaries live
         self.inner.step()
         if self.host_offload:
             for p, view in zip(self.params, self._views(self.flat.data), strict=True):
