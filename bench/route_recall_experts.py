@@ -4,7 +4,7 @@ likelihood re-ranking (experts/likelihood_routing.py).
 Prints ONE JSON line. The domain table is built as in ``bench/route_recall.py`` (the real
 route + discover stages over the corpus minus its held-out documents). Then every label
 that has a discovered domain gets ONE expert, trained with the trainer's default recipe
-(:func:`trainer.recipe.train_expert`, ``TrainerConfig(max_steps=30, grad_accum_steps=1,
+(:func:`trainer.recipes.expert.train_expert`, ``TrainerConfig(max_steps=30, grad_accum_steps=1,
 progress=False, device="cpu")``, default kind ``vocab_adapter``) on that label's
 *training* documents of the same split (never the held-out ones; the recipe sets its own
 evaluation rows aside from them). An expert the recipe finds "not worth it" is not
@@ -66,7 +66,7 @@ from router.config import RouterConfig  # noqa: E402
 from router.embed import default_embedder  # noqa: E402
 from router.gate import DomainExperts, Gate, GateExpert  # noqa: E402
 from trainer.config import TrainerConfig  # noqa: E402
-from trainer.recipe import train_expert  # noqa: E402
+from trainer.recipes.expert import train_expert  # noqa: E402
 from worx import bundled  # noqa: E402
 
 log = logging.getLogger("bench.route_recall_experts")
@@ -75,8 +75,9 @@ SCORED_TOKENS = 64  # per-token losses kept per text; any max_tokens <= this is 
 LENGTHS: tuple[int | None, ...] = (256, None)  # None: the whole document
 TRUNK_DOCS = 60  # held-out docs per label the trunk serves (no expert), for trunk_served_N
 GRID = {
-    "candidates": (1, 2, 3, 5),
-    "margin": (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+    "candidates": (3, 5, 8),
+    "margin": (0.25, 0.5, 1.0, 2.0),
+    "separation": (0.0, 0.25, 0.5, 0.6, 0.75, 1.0, 1.25),
     "max_tokens": (32, 64),
 }
 
@@ -147,7 +148,7 @@ def reroute(router, gate, vector, table, experts, decision, losses, column) -> t
         return (decision.domain_id if decision.weights else None), False
     mean = np.nanmean(head, axis=1)  # (1 + L,)
     scored = {d: float(mean[column[d]]) for d in names}
-    chosen = choose(decision.domain_id, float(mean[0]), scored, router.margin)
+    chosen = choose(decision.domain_id, float(mean[0]), scored, router.margin, router.separation)
     served = chosen if (chosen != decision.domain_id or decision.weights) else None
     return served, True
 
@@ -232,6 +233,7 @@ def measure(trunk, table, held, embedder, gate, experts_by_label, routers, dump=
                     )
                     + "\n"
                 )
+            dump.flush()
         embed = gate.decide_many(vectors, table, everyone, [len(t) for t in texts])
         route = gate.decide_many(vectors, table, everyone)
         for prefix, decisions in (("baseline_", route), ("embed_", embed)):
@@ -338,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="a setting of the likelihood step (candidates, margin, max_tokens)",
+        help="a setting of the likelihood step (candidates, margin, separation, max_tokens)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -347,12 +349,12 @@ def main(argv: list[str] | None = None) -> int:
         field, _, value = item.partition("=")
         if field not in GRID:
             parser.error(f"unknown setting {field!r}: one of {sorted(GRID)}")
-        chosen[field] = float(value) if field == "margin" else int(value)
+        chosen[field] = float(value) if field in ("margin", "separation") else int(value)
     shipped = LikelihoodRouter(**chosen)
     routers = {"ours": shipped}
     if args.grid is not None:
-        for c, m, t in itertools.product(*GRID.values()):
-            routers[f"c{c}_m{m}_t{t}"] = LikelihoodRouter(c, m, t)
+        for c, m, s, t in itertools.product(*GRID.values()):
+            routers[f"c{c}_m{m}_s{s}_t{t}"] = LikelihoodRouter(c, m, s, t)
 
     config = RouterConfig()
     embedder = default_embedder(config)

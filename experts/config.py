@@ -18,8 +18,9 @@ class ExpertsConfig:
     gate_top_k: int = 1  # most experts of the document's domain mixed (newest wins ties)
     gate_temperature: float = 0.1  # softmax temperature over the chosen experts' similarities
     # likelihood re-ranking of texts the route stage's rule leaves unsure (docs/experts.md):
-    gate_likelihood_candidates: int = 3  # nearest domains whose experts score the text; 0: off
+    gate_likelihood_candidates: int = 8  # nearest domains whose experts score the text; 0: off
     gate_likelihood_margin: float = 0.5  # nats/token the best expert must beat the trunk by
+    gate_likelihood_separation: float = 0.6  # ... and every other candidate's expert by
     gate_likelihood_max_tokens: int = 64  # tokens of the text's head scored (the extra cost)
     serve_host: str = "127.0.0.1"  # HTTP API address (loopback unless you mean to expose it)
     serve_port: int = 8080  # HTTP API port (0: any free port, printed at start)
@@ -33,10 +34,13 @@ class ExpertsConfig:
             raise ValueError("experts.lru_budget_mb must be >= 1")
         if self.gate_top_k < 1 or self.gate_temperature <= 0:
             raise ValueError("experts.gate_top_k must be >= 1 and experts.gate_temperature > 0")
-        if self.gate_likelihood_candidates < 0 or self.gate_likelihood_margin < 0:
+        if (
+            self.gate_likelihood_candidates < 0
+            or min(self.gate_likelihood_margin, self.gate_likelihood_separation) < 0
+        ):
             raise ValueError(
-                "experts.gate_likelihood_candidates must be >= 0 (0: off) and "
-                "experts.gate_likelihood_margin >= 0"
+                "experts.gate_likelihood_candidates must be >= 0 (0: off), "
+                "experts.gate_likelihood_margin and experts.gate_likelihood_separation >= 0"
             )
         if self.gate_likelihood_max_tokens < 2:
             raise ValueError("experts.gate_likelihood_max_tokens must be >= 2")

@@ -13,8 +13,9 @@ score    mean next-token loss of the prompt's first `max_tokens` tokens under th
          alone (L0) and under each candidate's experts with the gate's weights (L_d):
          one batched forward of 1 + len(cands) rows
 best     the candidate with the lowest L_d
-take it  if L0 - L_best >= margin (nats per token), and, when the embedding rule chose
-         another domain that has an expert, L_that - L_best >= margin as well;
+take it  if L0 - L_best >= margin (nats per token), L_second - L_best >= separation
+         (no other candidate's expert explains it about as well), and, when the
+         embedding rule chose another domain that has an expert, L_that - L_best >= margin;
 else     the embedding rule's decision stands
 ```
 
@@ -25,6 +26,8 @@ Example
 -------
 >>> choose("legal", trunk_loss=6.0, losses={"legal": 5.8, "code": 4.0}, margin=0.5)
 'code'
+>>> choose(None, 6.0, {"legal": 4.2, "code": 4.0}, margin=0.5, separation=0.6) is None
+True
 >>> choose(None, trunk_loss=6.0, losses={"code": 5.9}, margin=0.5) is None  # not clear
 True
 """
@@ -51,6 +54,7 @@ def choose(
     trunk_loss: float,
     losses: Mapping[str, float],
     margin: float,
+    separation: float = 0.0,
 ) -> str | None:
     """The domain a text goes to, from the losses of its candidates (module docstring).
 
@@ -59,9 +63,12 @@ def choose(
     """
     if not losses:
         return embedding_domain
-    best = min(sorted(losses), key=lambda d: losses[d])  # ties: the smaller id
+    ranked = sorted(sorted(losses), key=lambda d: losses[d])  # ties: the smaller id
+    best = ranked[0]
     if trunk_loss - losses[best] < margin:
         return embedding_domain  # no expert explains the text clearly better than the trunk
+    if len(ranked) > 1 and losses[ranked[1]] - losses[best] < separation:
+        return embedding_domain  # two experts explain it about as well: still unsure
     if embedding_domain is None or best == embedding_domain:
         return best
     if embedding_domain in losses and losses[embedding_domain] - losses[best] < margin:
@@ -80,19 +87,24 @@ class LikelihoodRouter:
     margin : float
         Nats per token by which the best candidate's expert must lower the prompt's mean
         loss below the trunk's (and below the embedding's choice, when it overrides one).
+    separation : float
+        Nats per token by which it must also beat every other candidate's expert (two
+        experts that explain a text about as well leave the embedding's decision).
     max_tokens : int
         Tokens of the prompt scored at most (its head); bounds the extra forward's cost.
     """
 
-    candidates: int = 3
+    candidates: int = 8
     margin: float = 0.5
+    separation: float = 0.6
     max_tokens: int = 64
 
     def __post_init__(self) -> None:
-        if self.candidates < 0 or self.margin < 0 or self.max_tokens < 2:
+        if self.candidates < 0 or min(self.margin, self.separation) < 0 or self.max_tokens < 2:
             raise ValueError(
-                "likelihood routing: need candidates >= 0 (0: off), margin >= 0 and "
-                f"max_tokens >= 2; got candidates={self.candidates}, margin={self.margin}, "
+                "likelihood routing: need candidates >= 0 (0: off), margin >= 0, "
+                f"separation >= 0 and max_tokens >= 2; got candidates={self.candidates}, "
+                f"margin={self.margin}, separation={self.separation}, "
                 f"max_tokens={self.max_tokens}"
             )
 
@@ -140,7 +152,7 @@ class LikelihoodRouter:
             losses, _ = mixture.token_losses(batch, None, rows)  # (1 + C, T-1)
         mean = losses.mean(dim=1).tolist()  # (1 + C,)
         scored = dict(zip(names, mean[1:], strict=True))
-        chosen = choose(decision.domain_id, mean[0], scored, self.margin)
+        chosen = choose(decision.domain_id, mean[0], scored, self.margin, self.separation)
         info = {
             "trunk_loss": round(mean[0], 4),
             "losses": {d: round(v, 4) for d, v in scored.items()},
@@ -164,5 +176,6 @@ def likelihood_router(section: Any) -> LikelihoodRouter | None:
     return LikelihoodRouter(
         section.gate_likelihood_candidates,
         section.gate_likelihood_margin,
+        section.gate_likelihood_separation,
         section.gate_likelihood_max_tokens,
     )

@@ -15,7 +15,7 @@ from router.embed import default_embedder
 from router.gate import Gate
 from tests.experts.conftest import domain_table, domain_texts
 from trainer.config import TrainerConfig
-from trainer.recipe import train_expert
+from trainer.recipes.expert import train_expert
 
 DOMAINS = ("python_code", "legal")
 JUNK = "zqxj vbkw 0x7f 9913 ##@@ ~~ qqq \u0391\u0392\u0393 \u6771\u4eac \u2603\u2603"
@@ -34,7 +34,12 @@ def trained(trunk_dirs, tmp_path_factory: pytest.TempPathFactory):
         max_steps=40, grad_accum_steps=1, progress=False, device="cpu", eval_every=20
     )
     server = ExpertServer(
-        trunk, store, embedder, Gate(top_k=1), table, likelihood=LikelihoodRouter(2, 0.25)
+        trunk,
+        store,
+        embedder,
+        Gate(top_k=1),
+        table,
+        likelihood=LikelihoodRouter(2, margin=0.25, separation=0.1),
     )
     for domain in DOMAINS:
         result = train_expert(trunk, domain_texts(domain, 60), [], config)
@@ -88,9 +93,7 @@ def test_off_means_the_gate_alone(trained, monkeypatch) -> None:
     prompt = domain_texts("legal", 1, skip=200)[0][:60]
     assert trained.route(prompt, trained.table) == _embedding_decision(trained, prompt)
     assert likelihood_router(ExpertsConfig(gate_likelihood_candidates=0)) is None
-    assert likelihood_router(ExpertsConfig()) == LikelihoodRouter(
-        ExpertsConfig().gate_likelihood_candidates, ExpertsConfig().gate_likelihood_margin
-    )
+    assert likelihood_router(ExpertsConfig()) == LikelihoodRouter()  # the same defaults
 
 
 def test_choose_keeps_the_embedding_decision_unless_an_expert_is_clearly_better() -> None:
@@ -100,6 +103,8 @@ def test_choose_keeps_the_embedding_decision_unless_an_expert_is_clearly_better(
     assert choose("a", 6.0, {"a": 5.2, "b": 5.0}, 0.5) == "a"  # the embedding's pick stands
     assert choose("a", 6.0, {"a": 5.8, "b": 5.0}, 0.5) == "b"
     assert choose("c", 6.0, {"b": 5.0}, 0.5) == "b"  # c has no expert: the trunk stands for it
+    assert choose(None, 6.0, {"a": 5.0, "b": 4.8}, 0.5, separation=0.6) is None  # too close
+    assert choose(None, 6.0, {"a": 5.0, "b": 4.3}, 0.5, separation=0.6) == "b"
     with pytest.raises(ValueError, match="margin"):
         LikelihoodRouter(margin=-1.0)
 
