@@ -68,20 +68,28 @@ RUNS: dict[str, dict] = {
     "expert_no_savers": {"kind": "expert", "cfg": SAVERS_OFF},
     "dense": {"kind": "dense"},  # the learning-rate sweep; the best run is reported as "dense"
     "dense_frozen_embeddings": {"kind": "dense", "freeze_embeddings": True},
-    # the expert before vocabulary kinds: adapters in the upper half, rank 16, LR 1e-3
+    # the expert the demo trained before vocabulary kinds: adapters in the upper half,
+    # rank 16, LR 3e-3
     "design_adapter_r16": {
         "kind": "expert",
-        "cfg": {"expert_kind": "adapter", "expert_rank": 16, "lr": 1e-3},
+        "cfg": {"expert_kind": "adapter", "expert_rank": 16, "lr": 3e-3},
     },
-    "design_adapter_r64": {"kind": "expert", "cfg": {"expert_kind": "adapter"}},
+    "design_adapter_r128": {"kind": "expert", "cfg": {"expert_kind": "adapter"}},
     # the output vocabulary alone: unembedding delta + logit bias
     "design_output_only": {
         "kind": "expert",
         "cfg": {"expert_kind": "vocab", "expert_token_rank": 0},
     },
-    "design_vocab": {"kind": "expert", "cfg": {"expert_kind": "vocab"}},  # + token delta
-    # token delta at the lowest adapter layer instead of the embeddings: no backward below it
-    "design_token_at_adapters": {"kind": "expert", "cfg": {"expert_token_layer": "first_adapter"}},
+    # the default's token delta on the input embeddings (backward through every block)
+    "design_tokens_at_embeddings": {
+        "kind": "expert",
+        "cfg": {"expert_token_layer": 0, "expert_token_site": "input"},
+    },
+    # twice the vocabulary ranks
+    "design_vocab_rank_64": {
+        "kind": "expert",
+        "cfg": {"expert_output_rank": 64, "expert_token_rank": 64},
+    },
     "expert_equal_time": {"kind": "expert", "cfg": {}, "equal_time": True},
 }
 
@@ -111,8 +119,9 @@ def run_one(name: str, spec: dict) -> dict:
 
     from experts.trunk import load_trunk
     from trainer.config import TrainerConfig
-    from trainer.dense import DenseConfig, dense_finetune, load_trainable, perplexity
-    from trainer.recipe import default_layers, prepare_trunk, train_expert
+    from trainer.expert_setup import prepare_trunk
+    from trainer.recipes.dense import DenseConfig, dense_finetune, load_trainable, perplexity
+    from trainer.recipes.expert import train_expert
 
     transformers.AutoTokenizer.from_pretrained(spec["trunk"])  # tokenizer libraries loaded too
 
@@ -142,8 +151,6 @@ def run_one(name: str, spec: dict) -> dict:
         layers = overrides.pop("expert_layers", None)
         if layers is not None:
             overrides["expert_layers"] = _expert_layers(layers, trunk.num_layers)
-        if overrides.get("expert_token_layer") == "first_adapter":
-            overrides["expert_token_layer"] = min(default_layers(trunk, cfg))
         cfg = dataclasses.replace(cfg, **overrides)
         cfg.validate()
         prepare_trunk(trunk, cfg, cache_dir=Path(spec["cache_dir"]))
@@ -436,7 +443,7 @@ def _merge(previous: dict | None, new: dict) -> dict:
 def _prepare_cache(spec: dict) -> None:
     from experts.trunk import load_trunk
     from trainer.config import TrainerConfig
-    from trainer.recipe import prepare_trunk
+    from trainer.expert_setup import prepare_trunk
 
     prepare_trunk(load_trunk(spec["trunk"]), TrainerConfig(), cache_dir=Path(spec["cache_dir"]))
 

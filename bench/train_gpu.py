@@ -105,8 +105,9 @@ def run_one(name: str, spec: dict) -> dict:
 
     from experts.trunk import Trunk
     from trainer.config import TrainerConfig
-    from trainer.dense import DenseConfig, dense_finetune
-    from trainer.recipe import default_layers, train_expert
+    from trainer.expert_setup import default_layers
+    from trainer.recipes.dense import DenseConfig, dense_finetune
+    from trainer.recipes.expert import train_expert
 
     shape = spec["shape"]
     device = "cuda" if torch.cuda.is_available() and not spec["tiny"] else "cpu"

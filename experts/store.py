@@ -11,6 +11,10 @@
 * Loaded experts sit in an LRU cache bounded in bytes, so the store can hold far more
   experts than memory.
 
+(Over 400 lines on purpose: the write path, the verified read path, the quarantine and the
+safetensors header parser share one set of refusal reasons and checks; split apart, each
+check would live far from the guarantee it keeps.)
+
 Example
 -------
 >>> store = ExpertStore(tmp, trunk.fingerprint, lru_budget_bytes=64 << 20)  # doctest: +SKIP

@@ -1,5 +1,5 @@
 """The dense baseline: what a user would get by fine-tuning the whole trunk, domain after
-domain, in the order the experts arrived (``trainer.dense``), measured exactly like ours.
+domain, in the order the experts arrived (``trainer.recipes.dense``), measured exactly like ours.
 
 Row 0 is the trunk alone; row ``i`` is the model after fine-tuning on the ``i``-th domain,
 evaluated on every domain's held-out set with the same scoring as the mixture
@@ -41,7 +41,7 @@ class DenseBaseline:
     state_dir
         Where the latest fine-tuned model and the list of steps done are kept.
     config
-        ``trainer.dense.DenseConfig`` (steps per domain, learning rate...).
+        ``trainer.recipes.dense.DenseConfig`` (steps per domain, learning rate...).
     """
 
     def __init__(
@@ -54,7 +54,7 @@ class DenseBaseline:
         max_tokens: int = 128,
         batch_size: int = 8,
     ) -> None:
-        from trainer.dense import DenseConfig
+        from trainer.recipes.dense import DenseConfig
 
         self.trunk_dir = Path(trunk_dir)
         self.heldout = heldout
@@ -78,7 +78,7 @@ class DenseBaseline:
     def _load(self) -> None:
         if self._model is not None:
             return
-        from trainer.dense import load_trainable
+        from trainer.recipes.dense import load_trainable
 
         done = len(self.history.rows(RUN))
         saved = self._checkpoint_step()
@@ -112,7 +112,7 @@ class DenseBaseline:
     def _evaluate(
         self, step: int, expert_ids: list[str], arrived: str | None, domain: str | None
     ) -> EvalRow:
-        from trainer.dense import sequence_losses
+        from trainer.recipes.dense import sequence_losses
 
         model = self._model
 
@@ -153,7 +153,7 @@ class DenseBaseline:
 
         A replay (``expert_id`` already a baseline step) does nothing.
         """
-        from trainer.dense import dense_finetune
+        from trainer.recipes.dense import dense_finetune
 
         rows = self.history.rows(RUN)
         if any(r.arrived_expert == expert_id for r in rows):

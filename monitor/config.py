@@ -16,7 +16,7 @@ class MonitorConfig:
     batch_size: int = 8  # documents per forward pass during evaluation
     backfill: bool = True  # re-evaluate earlier steps for a new/changed held-out set
     baseline: bool = True  # also run the dense sequential fine-tuning baseline
-    baseline_steps: int = 50  # dense optimizer steps per domain (trainer.dense.DenseConfig)
+    baseline_steps: int = 50  # dense optimizer steps per domain (trainer.recipes.dense.DenseConfig)
     baseline_lr: float = 1e-3  # dense peak learning rate (the best of bench/train.py's sweep)
     group_id: str = ""  # consumer group of the monitor; empty: "<kafka.topic_prefix>-monitor"
     fetch_timeout_s: float = 15.0  # wait this long for a job's held-out documents

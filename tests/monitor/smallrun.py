@@ -28,7 +28,7 @@ from monitor.history import MatrixHistory
 from monitor.routing import GateRouter
 from router.gate import Gate
 from tests.experts.conftest import domain_table
-from trainer.dense import DenseConfig
+from trainer.recipes.dense import DenseConfig
 from worx.bundled import read_lines
 
 DENSE = DenseConfig(

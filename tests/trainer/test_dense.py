@@ -6,7 +6,7 @@ import torch
 
 from experts.trunk import trunk_fingerprint
 from tests.trainer.conftest import corpus_texts
-from trainer.dense import DenseConfig, load_trainable, perplexity, sequential_dense_finetune
+from trainer.recipes.dense import DenseConfig, load_trainable, perplexity, sequential_dense_finetune
 
 CFG = DenseConfig(
     steps=8,

@@ -14,7 +14,7 @@ from experts.store import ExpertStore
 from tests.trainer.conftest import corpus_texts, tensor_hashes
 from trainer.act_ckpt import checkpointed_blocks
 from trainer.config import TrainerConfig
-from trainer.recipe import TrainingFailed, TrainingInterrupted, train_expert
+from trainer.recipes.expert import TrainingFailed, TrainingInterrupted, train_expert
 
 CFG = TrainerConfig(
     max_steps=30,
@@ -192,7 +192,7 @@ def test_a_float16_trunk_is_mapped_through_a_float32_cache(trunk_dir, tmp_path):
     from safetensors.torch import load_file, save_file
 
     from experts.trunk import load_trunk
-    from trainer.recipe import prepare_trunk
+    from trainer.expert_setup import prepare_trunk
 
     half = tmp_path / "half"
     shutil.copytree(trunk_dir, half)

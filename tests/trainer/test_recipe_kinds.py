@@ -13,7 +13,7 @@ from tests.trainer.conftest import corpus_texts, tensor_hashes
 from trainer.act_ckpt import checkpointed_blocks
 from trainer.config import TrainerConfig
 from trainer.fused_loss import chunked_sequence_loss, mixture_hidden, output_layer
-from trainer.recipe import train_expert
+from trainer.recipes.expert import train_expert
 
 CFG = TrainerConfig(
     max_steps=20,

@@ -15,7 +15,6 @@ Example
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from torch import nn
 
 from trainer.data import BatchStream, eos_id, pack, tokenize
 from trainer.optim import state_bytes
+from trainer.precision import autocast_for
 from trainer.progress import StepProgress
 from trainer.schedule import lr_at
 
@@ -105,9 +105,7 @@ def dense_finetune(
     stream = BatchStream(ids, mask, config.micro_batch_size, seed=config.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    autocast: Any = contextlib.nullcontext()
-    if config.bf16 and device.type == "cuda":
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16)
+    autocast = autocast_for(device, config.bf16)
     model.train(config.dropout)  # eval mode: dropout off, as for the frozen trunk of an expert
     result = DenseResult(
         steps=0, tokens=0, elapsed_s=0.0, trainable_params=sum(p.numel() for p in params)

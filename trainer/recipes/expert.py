@@ -13,6 +13,9 @@ Example
 >>> result = train_expert(trunk, train_texts, heldout_texts, TrainerConfig())  # doctest: +SKIP
 >>> result.outcome, result.summary["heldout_ppl_after"]  # doctest: +SKIP
 ('finished', 41.7)
+
+(Over 400 lines on purpose: one recipe read top to bottom, setup -> train -> save ->
+cleanup, as torchtune's recipes are; what it is built from lives in trainer/expert_setup.py.)
 """
 
 from __future__ import annotations
@@ -30,21 +33,22 @@ from typing import Any
 
 import torch
 
-from experts.expert import Expert, ExpertConfig
+from experts.expert import Expert
 from experts.mixture import Mixture
 from experts.trunk import Trunk
 from trainer.act_ckpt import checkpointed_blocks
 from trainer.checkpoint import load_latest, save_checkpoint
 from trainer.config import TrainerConfig
 from trainer.data import BatchStream, eos_id, pack, tokenize
+from trainer.expert_setup import expert_config_for, prepare_trunk, resolve_device
 from trainer.fused_loss import (
     chunked_sequence_loss,
     chunked_token_nll,
     mixture_hidden,
     output_layer,
 )
-from trainer.mmap_weights import mmap_trunk_weights
 from trainer.optim import FlatOptimizer, set_lr, state_breakdown, state_bytes
+from trainer.precision import autocast_for
 from trainer.progress import StepProgress
 from trainer.schedule import lr_at
 
@@ -74,73 +78,6 @@ class TrainResult:
     figures: dict[str, float] = field(default_factory=dict)  # ppl before/current/after, margin
 
 
-def resolve_device(config: TrainerConfig) -> torch.device:
-    if config.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(config.device)
-
-
-def prepare_trunk(trunk: Trunk, config: TrainerConfig, cache_dir: Path | None = None) -> None:
-    """Memory-map the trunk's weights (CPU, once per trunk) when ``config.mmap_trunk``.
-
-    ``cache_dir`` holds a copy in the loaded dtype when the stored one differs (see
-    :func:`trainer.mmap_weights.mmap_trunk_weights`). With the saver off, every weight is
-    copied into anonymous process memory, whatever the loader did (recent transformers
-    versions may map the files themselves), so the saver's effect is measurable.
-    """
-    if trunk.device.type != "cpu" or "_worx_mmapped" in trunk.model.__dict__:
-        return
-    if config.mmap_trunk:
-        cache = None
-        if cache_dir is not None:
-            dtype = str(trunk.dtype).removeprefix("torch.")
-            cache = cache_dir / f"trunk-{trunk.fingerprint[:16]}-{dtype}.safetensors"
-        mmap_trunk_weights(trunk.model, trunk.path, cache)
-        trunk.model.__dict__["_worx_mmapped"] = True
-    else:
-        with torch.no_grad():
-            for tensor in [*trunk.model.parameters(), *trunk.model.buffers()]:
-                tensor.data = tensor.data.clone()
-        trunk.model.__dict__["_worx_mmapped"] = False
-
-
-def default_layers(trunk: Trunk, config: TrainerConfig) -> tuple[int, ...]:
-    """``config.expert_layers``, or the upper half of the trunk's blocks."""
-    if config.expert_layers:
-        return tuple(config.expert_layers)
-    return tuple(range(trunk.num_layers // 2, trunk.num_layers))
-
-
-def expert_config_for(trunk: Trunk, config: TrainerConfig) -> ExpertConfig:
-    """The :class:`ExpertConfig` of a fresh expert of ``config.expert_kind`` on ``trunk``."""
-    kind = config.expert_kind
-    if kind == "adapter":
-        return ExpertConfig(layers=default_layers(trunk, config), rank=config.expert_rank)
-    vocab = dict(
-        kind=kind,
-        vocab_size=trunk_vocab_size(trunk),
-        output_rank=config.expert_output_rank,
-        logit_bias=config.expert_logit_bias,
-    )
-    if kind == "vocab":
-        return ExpertConfig(
-            layers=(),
-            rank=0,
-            token_rank=config.expert_token_rank,
-            token_layer=_token_layer(trunk, config),
-            token_site=config.expert_token_site,
-            **vocab,
-        )
-    return ExpertConfig(
-        layers=default_layers(trunk, config),
-        rank=config.expert_rank,
-        token_rank=config.expert_token_rank,
-        token_layer=_token_layer(trunk, config),
-        token_site=config.expert_token_site,
-        **vocab,
-    )
-
-
 def _output_part(mixture: Mixture, weights: dict[str, float]) -> torch.nn.Module | None:
     """The output part the chunked loss adds for ``weights``: that of its one expert."""
     used = [expert_id for expert_id, w in weights.items() if w != 0.0]
@@ -149,17 +86,6 @@ def _output_part(mixture: Mixture, weights: dict[str, float]) -> torch.nn.Module
     if len(used) > 1 or weights[used[0]] != 1.0:
         raise ValueError("the chunked loss evaluates one expert at weight 1.0 at a time")
     return mixture.experts[used[0]].output
-
-
-def _token_layer(trunk: Trunk, config: TrainerConfig) -> int:
-    """``config.expert_token_layer`` as a block index (negative counts from the top)."""
-    layer = config.expert_token_layer
-    return layer + trunk.num_layers if layer < 0 else layer
-
-
-def trunk_vocab_size(trunk: Trunk) -> int:
-    """Rows of the trunk's output layer (the logits' width)."""
-    return int(output_layer(trunk.model).weight.shape[0])
 
 
 # the recipe's state saved with every checkpoint and restored on resume (name -> type; None:
@@ -610,9 +536,7 @@ class ExpertRecipe:
         return self.config.bf16 and self.device.type == "cuda"
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        if self._autocast_enabled():
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast_for(self.device, self.config.bf16)
 
 
 def train_expert(

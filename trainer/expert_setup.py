@@ -1,0 +1,100 @@
+"""What an expert job is built from: the device, the prepared trunk, the fresh expert's config.
+
+Example
+-------
+>>> from experts.trunk import load_trunk
+>>> from worx.bundled import trunk_dir
+>>> config = expert_config_for(load_trunk(trunk_dir()), TrainerConfig())
+>>> config.kind, config.layers, config.token_layer, config.token_site, config.vocab_size
+('vocab_adapter', (2, 3), 3, 'mlp', 8192)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from experts.expert import ExpertConfig
+from experts.trunk import Trunk
+from trainer.config import TrainerConfig
+from trainer.fused_loss import output_layer
+from trainer.mmap_weights import mmap_trunk_weights
+
+
+def resolve_device(config: TrainerConfig) -> torch.device:
+    if config.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(config.device)
+
+
+def prepare_trunk(trunk: Trunk, config: TrainerConfig, cache_dir: Path | None = None) -> None:
+    """Memory-map the trunk's weights (CPU, once per trunk) when ``config.mmap_trunk``.
+
+    ``cache_dir`` holds a copy in the loaded dtype when the stored one differs (see
+    :func:`trainer.mmap_weights.mmap_trunk_weights`). With the saver off, every weight is
+    copied into anonymous process memory, whatever the loader did (recent transformers
+    versions may map the files themselves), so the saver's effect is measurable.
+    """
+    if trunk.device.type != "cpu" or "_worx_mmapped" in trunk.model.__dict__:
+        return
+    if config.mmap_trunk:
+        cache = None
+        if cache_dir is not None:
+            dtype = str(trunk.dtype).removeprefix("torch.")
+            cache = cache_dir / f"trunk-{trunk.fingerprint[:16]}-{dtype}.safetensors"
+        mmap_trunk_weights(trunk.model, trunk.path, cache)
+        trunk.model.__dict__["_worx_mmapped"] = True
+    else:
+        with torch.no_grad():
+            for tensor in [*trunk.model.parameters(), *trunk.model.buffers()]:
+                tensor.data = tensor.data.clone()
+        trunk.model.__dict__["_worx_mmapped"] = False
+
+
+def default_layers(trunk: Trunk, config: TrainerConfig) -> tuple[int, ...]:
+    """``config.expert_layers``, or the upper half of the trunk's blocks."""
+    if config.expert_layers:
+        return tuple(config.expert_layers)
+    return tuple(range(trunk.num_layers // 2, trunk.num_layers))
+
+
+def expert_config_for(trunk: Trunk, config: TrainerConfig) -> ExpertConfig:
+    """The :class:`ExpertConfig` of a fresh expert of ``config.expert_kind`` on ``trunk``."""
+    kind = config.expert_kind
+    if kind == "adapter":
+        return ExpertConfig(layers=default_layers(trunk, config), rank=config.expert_rank)
+    vocab = dict(
+        kind=kind,
+        vocab_size=trunk_vocab_size(trunk),
+        output_rank=config.expert_output_rank,
+        logit_bias=config.expert_logit_bias,
+    )
+    if kind == "vocab":
+        return ExpertConfig(
+            layers=(),
+            rank=0,
+            token_rank=config.expert_token_rank,
+            token_layer=token_layer(trunk, config),
+            token_site=config.expert_token_site,
+            **vocab,
+        )
+    return ExpertConfig(
+        layers=default_layers(trunk, config),
+        rank=config.expert_rank,
+        token_rank=config.expert_token_rank,
+        token_layer=token_layer(trunk, config),
+        token_site=config.expert_token_site,
+        **vocab,
+    )
+
+
+def token_layer(trunk: Trunk, config: TrainerConfig) -> int:
+    """``config.expert_token_layer`` as a block index (negative counts from the top)."""
+    layer = config.expert_token_layer
+    return layer + trunk.num_layers if layer < 0 else layer
+
+
+def trunk_vocab_size(trunk: Trunk) -> int:
+    """Rows of the trunk's output layer (the logits' width)."""
+    return int(output_layer(trunk.model).weight.shape[0])
