@@ -15,6 +15,7 @@ from experts.expert import Expert, ExpertConfig, ExpertConfigError
 from experts.mixture import Mixture
 from experts.store import WEIGHTS, ExpertRefused, ExpertStore
 from tests.experts.conftest import randomize
+from tests.trainer.conftest import tensor_hashes
 
 BEFORE_KINDS = Path(__file__).parent / "data" / "store_before_kinds"  # written by 9f86a1a
 
@@ -55,15 +56,6 @@ def _batch(trunk):
         padding=True,
     )
     return enc["input_ids"], enc["attention_mask"]
-
-
-def _hashes(module: torch.nn.Module) -> dict[str, str]:
-    return {
-        name: hashlib.sha256(
-            t.detach().contiguous().view(torch.uint8).numpy().tobytes()
-        ).hexdigest()
-        for name, t in module.state_dict().items()
-    }
 
 
 @pytest.mark.parametrize(
@@ -122,7 +114,7 @@ def test_adding_experts_of_every_kind_leaves_the_trunk_and_earlier_experts_bit_i
     store.put("A", first, "dom-a", [1.0, 0.0])
     table: dict[str, Expert] = {"A": store.get("A")}
     ids, mask = _batch(trunk)
-    a_hashes, trunk_hashes = _hashes(table["A"]), _hashes(trunk.model)
+    a_hashes, trunk_hashes = tensor_hashes(table["A"]), tensor_hashes(trunk.model)
     a_file = hashlib.sha256((tmp_path / "store" / "A" / WEIGHTS).read_bytes()).hexdigest()
     with torch.no_grad():
         before = Mixture(trunk, table).forward(ids, mask, [{"A": 1.0}] * 3)
@@ -135,9 +127,9 @@ def test_adding_experts_of_every_kind_leaves_the_trunk_and_earlier_experts_bit_i
         others = Mixture(trunk, table).forward(
             ids, mask, [{"B-vocab": 1.0}, {"B-adapter": 0.5, "B-vocab_adapter": 0.5}, {}]
         )
-    assert _hashes(table["A"]) == a_hashes
-    assert _hashes(store.get("A")) == a_hashes
-    assert _hashes(trunk.model) == trunk_hashes
+    assert tensor_hashes(table["A"]) == a_hashes
+    assert tensor_hashes(store.get("A")) == a_hashes
+    assert tensor_hashes(trunk.model) == trunk_hashes
     assert hashlib.sha256((tmp_path / "store" / "A" / WEIGHTS).read_bytes()).hexdigest() == a_file
     assert torch.equal(after, before)
     assert not torch.allclose(others[:2], before[:2])
@@ -151,7 +143,7 @@ def test_every_kind_round_trips_through_the_store(trunk, tmp_path: Path) -> None
         loaded = store.get(manifest.expert_id)
         assert loaded.config == config
         assert manifest.config.get("kind", "adapter") == config.kind
-        assert _hashes(loaded) == _hashes(expert)
+        assert tensor_hashes(loaded) == tensor_hashes(expert)
 
 
 def test_an_expert_stored_before_kinds_loads_bit_for_bit_as_an_adapter(tmp_path: Path) -> None:
