@@ -137,6 +137,7 @@ class ExpertRecipe:
         self.candidates = dict(candidates or {})
         self.started_from: str | None = None  # the candidate the expert starts as a copy of
         self.candidate_ppl: dict[str, float] = {}
+        self.candidate_trunk_ppl: float | None = None  # the trunk alone, when candidates ran
         self.on_event = on_event or (lambda state, fields: None)
         self.stop = stop or threading.Event()
         self.device = resolve_device(config)
@@ -253,7 +254,9 @@ class ExpertRecipe:
             },
         }
         if not self._resume():
-            self.ppl_trunk = self.evaluate({})
+            # scoring start candidates already measured the trunk alone on these rows
+            scored = self.candidate_trunk_ppl
+            self.ppl_trunk = self.evaluate({}) if scored is None else scored
             # at step 0 a zero-initialised expert adds exactly 0 (the trunk's figure), and a
             # branched one is an exact copy of its parent (the parent's figure)
             fresh = self.parent is None
@@ -281,7 +284,7 @@ class ExpertRecipe:
             for expert_id, expert in self.candidates.items()
         }  # copies: evaluating never touches the stored experts, wherever they live
         mixture = Mixture(self.trunk, on_device)
-        trunk_ppl = self._perplexity(mixture, {})
+        trunk_ppl = self.candidate_trunk_ppl = self._perplexity(mixture, {})
         for expert_id in sorted(self.candidates):
             self.candidate_ppl[expert_id] = self._perplexity(mixture, {expert_id: 1.0})
         best = min(self.candidate_ppl, key=self.candidate_ppl.__getitem__)
