@@ -248,7 +248,7 @@ def bench_serving(trunk: Trunk, tmp: Path, args: argparse.Namespace, embedder) -
     from router.gate import Gate
     from topology.broker import EmbeddedBroker
     from topology.hot import RegistrationFollower
-    from topology.http_api import make_http_server, serve_in_thread
+    from topology.http_api import make_http_server
     from topology.topics import Topics, ensure_topics
 
     root = tmp / "store"
@@ -282,8 +282,7 @@ def bench_serving(trunk: Trunk, tmp: Path, args: argparse.Namespace, embedder) -
 
         follower.handle = timed_handle
         follower.start()
-        httpd = make_http_server(server, "127.0.0.1", 0)
-        serve_in_thread(httpd)
+        httpd = make_http_server(server, "127.0.0.1", 0).start()
         client = _Client(f"http://127.0.0.1:{httpd.server_address[1]}", texts)
         producer = Producer(conf)
         thread = threading.Thread(target=client.loop, args=(domains,))
@@ -315,8 +314,7 @@ def bench_serving(trunk: Trunk, tmp: Path, args: argparse.Namespace, embedder) -
             windows.append((t_begin, time.perf_counter()))
         client.stop.set()
         thread.join()
-        httpd.shutdown()
-        httpd.server_close()
+        httpd.stop()
         follower.stop()
     t_begin, t_end = windows[1]
     steady = [(e - s) * 1000 for s, e, _, st, _ in steady_log if st == 200]

@@ -9,6 +9,12 @@ from dataclasses import dataclass
 class MonitorConfig:
     host: str = "127.0.0.1"  # dashboard and /metrics address (loopback unless you mean it)
     port: int = 8765  # dashboard port (0: any free port, printed at start)
+    # non-empty: /api/* and /metrics need "Authorization: Bearer <token>" (the page reads it
+    # from its URL's #token=...); set it from the environment (WORX_MONITOR__API_TOKEN)
+    api_token: str = ""
+    # names the dashboard is reached by besides loopback and host (a Host header naming
+    # anything else is refused: DNS rebinding), e.g. "monitor" for Prometheus in compose
+    allowed_hosts: tuple[str, ...] = ()
     state_dir: str = ""  # history, held-out sets, baseline model; empty: <data_dir>/monitor
     heldout_per_domain: int = 64  # held-out documents kept per domain (bounded sample)
     heldout_seed: int = 0  # seed of that sample; changing it needs a fresh state_dir

@@ -55,11 +55,37 @@ class KafkaConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ServeConfig:
+    """`worx serve`'s HTTP API (section ``[serve]``; its address: ``experts.serve_host/port``)."""
+
+    # non-empty: every request but /health needs "Authorization: Bearer <token>"; set it
+    # from the environment (WORX_SERVE__API_TOKEN), not in a file others can read
+    api_token: str = ""
+    max_body_bytes: int = 4 << 20  # a larger request body is refused (413) before it is read
+    read_timeout_s: float = 10.0  # a body not received within this: 408, connection closed
+    idle_timeout_s: float = 15.0  # a connection without a complete request by then is closed
+    workers: int = 2  # requests scored at once (torch work runs off the event loop)
+    queue: int = 16  # requests waiting for a worker; beyond it: 503 with Retry-After
+    chars_per_token: int = 32  # text past max_tokens x this is cut before it is tokenised
+
+    def validate(self) -> None:
+        if self.max_body_bytes < 1024:
+            raise ValueError("serve.max_body_bytes must be >= 1024")
+        if min(self.read_timeout_s, self.idle_timeout_s) <= 0:
+            raise ValueError("serve.read_timeout_s and serve.idle_timeout_s must be > 0")
+        if self.workers < 1 or self.queue < 0:
+            raise ValueError("serve.workers must be >= 1 and serve.queue >= 0")
+        if self.chars_per_token < 1:
+            raise ValueError("serve.chars_per_token must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
 class WorxConfig:
     kafka: KafkaConfig = dataclasses.field(default_factory=KafkaConfig)
     ingest: IngestConfig = dataclasses.field(default_factory=IngestConfig)
     router: RouterConfig = dataclasses.field(default_factory=RouterConfig)
     experts: ExpertsConfig = dataclasses.field(default_factory=ExpertsConfig)
+    serve: ServeConfig = dataclasses.field(default_factory=ServeConfig)
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     monitor: MonitorConfig = dataclasses.field(default_factory=MonitorConfig)
     data_dir: str = "worx-data"  # expert store, snapshots, held-out sets, reports

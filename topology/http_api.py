@@ -1,113 +1,224 @@
-"""The serving HTTP API (stdlib ``ThreadingHTTPServer``), bound to 127.0.0.1 by default.
+"""The serving HTTP API (aiohttp), bound to 127.0.0.1 by default.
 
 Routes (JSON in, JSON out):
 
-* ``GET /health``                 status, trunk, table version, counters, recent refusals
+* ``GET /health``                 status, followers, trunk, table version, counters, refusals
 * ``GET /experts``                the registered experts (manifests without centroids)
 * ``GET /experts/<id>``           one expert's manifest
 * ``POST /score``    ``{"text", "experts"?}``   per-token loss, perplexity, experts used
   (and the domain the gate gave the text)
 * ``POST /generate`` ``{"text", "max_new_tokens"?, "experts"?}``  greedy continuation
 
-A bad request answers 400 with ``{"error": ...}``; an unknown route 404; a failure 500.
-Only wiring lives here: every answer comes from :class:`experts.serving.ExpertServer`.
+Every error answers ``{"error": reason}``: 400 a bad request (bad JSON, NaN/Infinity, a
+weight that is not a finite number in [0, 1000]), 401 a missing or wrong token (when
+``api_token`` is set; ``/health`` then answers only its status and followers without
+one), 404 an unknown route or expert (dot segments and encoded slashes name nothing), 408
+a body not received in time, 413 a body over the limit, 503 when every worker is busy and
+the queue is full (``Retry-After``), and on ``/health`` when a table follower stopped; 500
+a fault of the server (the log has it, the answer does not). Scoring and generation are
+synchronous torch work: they run on a bounded thread pool, never on the event loop. A text
+is cut to ``max_tokens x chars_per_token`` characters before it is tokenised (and the
+answer says ``truncated``). Only wiring lives here: every answer comes from
+:class:`experts.serving.ExpertServer`.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import asyncio
+import functools
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from aiohttp import web
+
 from experts.serving import ExpertServer, RequestError
+from worx.ids import UnsafeIdError, validate_id
+from worx.web import (
+    AUTHORIZED,
+    BackgroundServer,
+    HttpError,
+    HttpLimits,
+    bearer_token,
+    dumps,
+    follower_health,
+    json_errors,
+    read_json,
+    refuse_path_tricks,
+)
 
-log = logging.getLogger(__name__)
+MAX_WEIGHT = 1000.0  # a mixture weight above this is a mistake, not a mixture
+MAX_NAMED_EXPERTS = 256  # experts one request may name
 
-MAX_BODY = 4 << 20  # bytes of a request body
 
+class ServeAPI:
+    """The routes of the serving API over ``expert_server``.
 
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "worx-serve/1"
-    expert_server: ExpertServer  # set on the subclass made by make_http_server
+    Parameters
+    ----------
+    api_token : non-empty: requests need ``Authorization: Bearer <api_token>``.
+    workers, queue : requests scored at once, and waiting beyond those (then 503).
+    chars_per_token : a generous bound of characters per token: a text is cut to
+        ``expert_server.max_tokens * chars_per_token`` characters before tokenisation.
+    followers : table followers the server depends on (``topic``, ``alive``, ``error``).
+    """
 
-    def log_message(self, fmt: str, *args: Any) -> None:
-        log.debug("%s " + fmt, self.address_string(), *args)
+    def __init__(
+        self,
+        expert_server: ExpertServer,
+        *,
+        api_token: str = "",
+        limits: HttpLimits | None = None,
+        workers: int = 2,
+        queue: int = 16,
+        chars_per_token: int = 32,
+        followers: Sequence[Any] = (),
+    ) -> None:
+        self.server = expert_server
+        self.api_token = api_token
+        self.limits = limits or HttpLimits()
+        self.capacity = workers + queue
+        self.chars_per_token = chars_per_token
+        self.followers = followers
+        self.pending = 0  # requests in the pool or waiting for it (touched on the loop only)
+        self.busy_refusals = 0
+        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="score")
 
-    def _send(self, status: int, body: Any) -> None:
-        data = json.dumps(body, ensure_ascii=False).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    def app(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self.limits.max_body_bytes,
+            middlewares=[
+                json_errors,
+                refuse_path_tricks,
+                bearer_token(self.api_token, ["/health"]),
+            ],
+        )
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/experts", self.experts)
+        app.router.add_get("/experts/{expert_id}", self.expert)
+        app.router.add_post("/score", self.score)
+        app.router.add_post("/generate", self.generate)
+        app.on_cleanup.append(self._cleanup)
+        return app
 
-    def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            raise RequestError(f"request body of {length} bytes is over the {MAX_BODY} limit")
+    async def _cleanup(self, _app: web.Application) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ routes
+    async def health(self, request: web.Request) -> web.Response:
+        alive, followers = follower_health(self.followers)
+        body: dict[str, Any] = {
+            "status": "ok" if alive else "follower_stopped",
+            "followers": followers,
+        }
+        if request[AUTHORIZED]:
+            body = {**self.server.health(), **body, "busy_refusals": self.busy_refusals}
+        return _json(body, 200 if alive else 503)
+
+    async def experts(self, _request: web.Request) -> web.Response:
+        return _json({"experts": self.server.experts()})
+
+    async def expert(self, request: web.Request) -> web.Response:
+        expert_id = request.match_info["expert_id"]
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise RequestError(f"body is not JSON: {exc}") from exc
-        if not isinstance(body, dict):
-            raise RequestError("body must be a JSON object")
-        experts = body.get("experts")
-        if experts is not None and not (
-            isinstance(experts, dict)
-            and all(isinstance(k, str) and isinstance(v, int | float) for k, v in experts.items())
-        ):
-            raise RequestError("'experts' must map expert ids to numeric weights")
-        return body
+            manifest = self.server.table.manifests.get(validate_id(expert_id, kind="expert_id"))
+        except UnsafeIdError:
+            manifest = None
+        if manifest is None:
+            raise HttpError(404, "no such expert; GET /experts lists them")
+        return _json(manifest.to_dict())
 
-    def _dispatch(self, method: str) -> None:
-        server = self.expert_server
-        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+    async def score(self, request: web.Request) -> web.Response:
+        body = await read_json(request, self.limits)
+        text, cut = self._cut(body.get("text"), keep_tail=False)
+        weights = _weights(body.get("experts"))
+        result = await self._run(self.server.score, text, weights)
+        return _json({**result, "truncated": result["truncated"] or cut})
+
+    async def generate(self, request: web.Request) -> web.Response:
+        body = await read_json(request, self.limits)
+        text, cut = self._cut(body.get("text"), keep_tail=True)
+        max_new = body.get("max_new_tokens", 32)
+        if isinstance(max_new, bool) or not isinstance(max_new, int):
+            raise HttpError(400, "'max_new_tokens' must be an integer")
+        weights = _weights(body.get("experts"))
+        result = await self._run(self.server.generate, text, max_new, weights)
+        return _json({**result, "truncated": result["truncated"] or cut})
+
+    # ------------------------------------------------------------------ helpers
+    def _cut(self, text: Any, keep_tail: bool) -> tuple[Any, bool]:
+        """``text`` cut to the character budget before any tokeniser sees it."""
+        budget = self.server.max_tokens * self.chars_per_token
+        if not isinstance(text, str) or len(text) <= budget:
+            return text, False  # the server refuses a text that is not a string
+        return (text[-budget:] if keep_tail else text[:budget]), True
+
+    async def _run(self, fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+        """``fn(*args)`` on the worker pool; 503 at once when the pool and queue are full."""
+        if self.pending >= self.capacity:
+            self.busy_refusals += 1
+            raise HttpError(
+                503, "every worker is busy and the queue is full; retry", {"Retry-After": "1"}
+            )
+        self.pending += 1
         try:
-            if method == "GET" and path == "/health":
-                return self._send(200, server.health())
-            if method == "GET" and path == "/experts":
-                return self._send(200, {"experts": server.experts()})
-            if method == "GET" and path.startswith("/experts/"):
-                manifest = server.table.manifests.get(path[len("/experts/") :])
-                if manifest is None:
-                    return self._send(404, {"error": "no such expert; GET /experts lists them"})
-                return self._send(200, manifest.to_dict())
-            if method == "POST" and path == "/score":
-                body = self._body()
-                return self._send(200, server.score(body.get("text"), body.get("experts")))
-            if method == "POST" and path == "/generate":
-                body = self._body()
-                result = server.generate(
-                    body.get("text"), body.get("max_new_tokens", 32), body.get("experts")
-                )
-                return self._send(200, result)
-            return self._send(404, {"error": f"no route {method} {path}"})
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
         except RequestError as exc:
-            return self._send(400, {"error": str(exc)})
-        except Exception as exc:  # answer 500 rather than dropping the connection
-            log.exception("request %s %s failed", method, path)
-            return self._send(500, {"error": f"{type(exc).__name__}: {exc}"})
+            raise HttpError(400, str(exc)) from None
+        finally:
+            self.pending -= 1
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._dispatch("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
-        self._dispatch("POST")
+def _weights(experts: Any) -> dict[str, float] | None:
+    """The request's expert weights, each a finite number in [0, MAX_WEIGHT], or None."""
+    if experts is None:
+        return None
+    if not isinstance(experts, dict) or not all(isinstance(k, str) for k in experts):
+        raise HttpError(400, "'experts' must map expert ids to numeric weights")
+    if len(experts) > MAX_NAMED_EXPERTS:
+        raise HttpError(400, f"'experts' names more than {MAX_NAMED_EXPERTS} experts")
+    for expert_id, weight in experts.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise HttpError(400, f"weight of {expert_id[:64]!r} must be a number")
+        if not (math.isfinite(weight) and 0 <= weight <= MAX_WEIGHT):
+            raise HttpError(
+                400, f"weight of {expert_id[:64]!r} must be a finite number in [0, {MAX_WEIGHT:g}]"
+            )
+    return {k: float(v) for k, v in experts.items()}
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    try:
+        text = dumps(body)
+    except ValueError:  # a NaN or infinity from the model: never sent as a number
+        raise HttpError(500, "the model produced a non-finite number for this request") from None
+    return web.Response(text=text, status=status, content_type="application/json")
 
 
 def make_http_server(
-    expert_server: ExpertServer, host: str = "127.0.0.1", port: int = 8080
-) -> ThreadingHTTPServer:
-    """An HTTP server (not yet serving) answering from ``expert_server``."""
-    handler = type("Handler", (_Handler,), {"expert_server": expert_server})
-    httpd = ThreadingHTTPServer((host, port), handler)
-    httpd.daemon_threads = True
-    return httpd
+    expert_server: ExpertServer,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    **options: Any,
+) -> BackgroundServer:
+    """A server (call ``start()``) answering from ``expert_server``; ``options`` go to
+    :class:`ServeAPI` (``api_token``, ``limits``, ``workers``, ``queue``, ...)."""
+    api = ServeAPI(expert_server, **options)
+    return BackgroundServer(api.app(), host, port, api.limits, name="serve-http")
 
 
-def serve_in_thread(httpd: ThreadingHTTPServer) -> threading.Thread:
-    thread = threading.Thread(target=httpd.serve_forever, name="http", daemon=True)
-    thread.start()
-    return thread
+def options_from_config(serve: Any) -> dict[str, Any]:
+    """:class:`ServeAPI` options from the ``[serve]`` section (``topology.config.ServeConfig``)."""
+    return {
+        "api_token": serve.api_token,
+        "limits": HttpLimits(
+            max_body_bytes=serve.max_body_bytes,
+            read_timeout_s=serve.read_timeout_s,
+            idle_timeout_s=serve.idle_timeout_s,
+        ),
+        "workers": serve.workers,
+        "queue": serve.queue,
+        "chars_per_token": serve.chars_per_token,
+    }

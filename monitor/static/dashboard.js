@@ -234,11 +234,25 @@ function render(state) {
   document.body.setAttribute("data-rendered", state.generated_ms);
 }
 
+// With monitor.api_token set, open the page as .../#token=<token>: the fragment never
+// reaches the server or its logs; the token is kept for this tab only and sent as a header.
+function apiToken() {
+  const match = location.hash.match(/token=([^&]+)/);
+  if (match) {
+    sessionStorage.setItem("worx-token", decodeURIComponent(match[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem("worx-token");
+}
+const TOKEN = apiToken();
+
 let lastGenerated = null;
 async function poll() {
   const live = document.getElementById("live");
   try {
-    const res = await fetch("api/state", { cache: "no-store" });
+    const headers = TOKEN ? { Authorization: `Bearer ${TOKEN}` } : {};
+    const res = await fetch("api/state", { cache: "no-store", headers });
+    if (res.status === 401) throw new Error("this dashboard needs its token: open it as /#token=<monitor.api_token>");
     if (!res.ok) throw new Error(res.statusText);
     const state = await res.json();
     live.className = "on";

@@ -100,13 +100,17 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     host = args.host or config.monitor.host
     port = config.monitor.port if args.port is None else args.port
+    http_options = {
+        "api_token": config.monitor.api_token,
+        "allowed_hosts": config.monitor.allowed_hosts,
+    }
     if args.no_stream:
         stage = build_monitor(
             config, root, with_model=args.evaluate, trunk_dir=args.trunk, store_dir=args.store
         )
         if args.evaluate:
             stage.evaluate_now()
-        with DashboardServer(stage.state, host, port) as server:
+        with DashboardServer(stage.state, host, port, **http_options) as server:
             print(f"dashboard on {server.url} (from {root}; Ctrl-C stops)", flush=True)
             try:
                 stop.wait()
@@ -130,6 +134,10 @@ def _run(args: argparse.Namespace) -> int:
         # one group per deployment (prefix), as route's and discover's: deployments sharing
         # a cluster never join, rebalance or wedge each other's group
         group = config.monitor.group_id or f"{prefix}-monitor"
+        # the whole domain table, from the start, outside the group: names for the dashboard,
+        # and the table the evaluator routes by (the server's); if it stops, the monitor
+        # exits non-zero (the runner raises FollowerDied) to be restarted
+        follower = TableFollower(conf, topics.domains, stage.apply_domain, name="monitor-domains")
         runner = StageRunner(
             stage,
             runner_conf,
@@ -140,12 +148,19 @@ def _run(args: argparse.Namespace) -> int:
             session_timeout_ms=config.kafka.session_timeout_ms,
             on_batch=lambda _in, _out: stage.live.save(),
             producer_conf=conf,
+            followers=[follower],
         )
-        # the whole domain table, from the start, outside the group: names for the dashboard,
-        # and the table the evaluator routes by (the server's)
-        follower = TableFollower(conf, topics.domains, stage.apply_domain).start()
+        follower.start()
         try:
-            with DashboardServer(stage.state, host, port, on_evaluate=stage.evaluate_now) as server:
+            dashboard = DashboardServer(
+                stage.state,
+                host,
+                port,
+                on_evaluate=stage.evaluate_now,
+                followers=[follower],
+                **http_options,
+            )
+            with dashboard as server:
                 print(f"dashboard on {server.url}  metrics on {server.url}metrics", flush=True)
                 log.info("following %s (and %s for names)", ", ".join(inputs), topics.domains)
                 try:

@@ -18,8 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "without an expert, or a novel text, gets the trunk alone). HTTP API (JSON): "
         "GET /health, GET /experts, GET /experts/ID, "
         "POST /score {text}, POST /generate {text, max_new_tokens}. Binds 127.0.0.1 unless "
-        "told otherwise. Prints 'serving on http://HOST:PORT' when ready; SIGTERM or Ctrl-C "
-        "stops it.",
+        "told otherwise; limits, workers and the optional bearer token (serve.api_token, "
+        "WORX_SERVE__API_TOKEN) are set in [serve]. Prints 'serving on http://HOST:PORT' when "
+        "ready; SIGTERM or Ctrl-C stops it.",
     )
     parser.add_argument("--host", help="listen address (default: experts.serve_host, 127.0.0.1)")
     parser.add_argument(
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from topology.broker import bootstrap
     from topology.config import load_config
     from topology.hot import RegistrationFollower
-    from topology.http_api import make_http_server, serve_in_thread
+    from topology.http_api import make_http_server, options_from_config
     from topology.kafka import client_conf
     from topology.table_follower import TableFollower
     from topology.topics import Topics, ensure_configured_topics
@@ -65,9 +66,10 @@ def run(args: argparse.Namespace) -> int:
         # the domains first: a registered expert is only reachable through its domain's row
         domains = TableFollower(conf, topics.domains, server.domains.apply).start()
         follower = RegistrationFollower(server, conf, topics.experts).start()
-        httpd = make_http_server(server, host, port)
-        serve_in_thread(httpd)
-        bound_host, bound_port = httpd.server_address[:2]
+        options = options_from_config(config.serve)
+        httpd = make_http_server(server, host, port, followers=[domains, follower], **options)
+        httpd.start()
+        bound_host, bound_port = httpd.server_address
         log.info(
             "%d experts, following %s and %s", len(server.table), topics.experts, topics.domains
         )
@@ -77,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
         finally:
-            httpd.shutdown()
-            httpd.server_close()
+            httpd.stop()
             follower.stop()
             domains.stop()
     return 0

@@ -1,0 +1,309 @@
+"""What both HTTP servers (``worx serve``, the monitor's dashboard) share, on aiohttp.
+
+* :class:`BackgroundServer` runs an aiohttp application on its own event loop in a
+  daemon thread, with the limits of :class:`HttpLimits` (idle/slow-header timeout, header
+  sizes, body size), so a synchronous command can start, query and stop it.
+* Middlewares: :func:`json_errors` (every error answers ``{"error": ...}``, never an
+  exception text or a traceback), :func:`refuse_path_tricks` (dot segments, encoded
+  slashes: 404), :func:`bearer_token` (``Authorization: Bearer <token>``; 401 otherwise),
+  :func:`host_check` (the Host header must name this server: no DNS rebinding).
+* :func:`read_json` reads a JSON object body under a size limit and a read timeout, and
+  refuses NaN/Infinity and deep nesting with a 400 and a short reason.
+* :func:`follower_health`: the state of the table followers a process depends on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import re
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+# a raw path with a dot segment, an encoded slash/backslash/dot or a NUL names no route
+# set by bearer_token on every request: whether it carried the token (True when none is set)
+AUTHORIZED = web.RequestKey("authorized", bool)
+_PATH_TRICK = re.compile(r"(^|/)\.\.?(/|$)|%2f|%5c|%2e|%00|\\", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    max_body_bytes: int = 4 << 20  # a larger declared or sent body: 413, not read
+    read_timeout_s: float = 10.0  # a body not received by then: 408, connection closed
+    idle_timeout_s: float = 15.0  # a connection with no complete request by then is closed
+    max_line_bytes: int = 8190  # request line and each header line
+    max_headers: int = 64
+
+
+class HttpError(Exception):
+    """An answer other than 200, raised from a handler: ``status`` and the reason."""
+
+    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.headers = headers or {}
+
+
+def error_response(status: int, reason: str, headers: dict[str, str] | None = None):
+    return web.json_response({"error": reason}, status=status, headers=headers)
+
+
+def dumps(body: Any) -> str:
+    """JSON of an answer; a non-finite number is a server fault, never sent as NaN."""
+    return json.dumps(body, ensure_ascii=False, allow_nan=False)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except HttpError as exc:
+        response = error_response(exc.status, exc.reason, exc.headers)
+        if exc.status == 408:
+            response.force_close()
+        return response
+    except web.HTTPException as exc:  # aiohttp's own: 404, 405, 413 ...
+        if exc.status < 400:
+            raise
+        routing = exc.status in (404, 405)
+        reason = f"no route {request.method} {request.path}" if routing else exc.reason
+        headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        return error_response(exc.status, reason, headers)
+    except (asyncio.CancelledError, ConnectionError):
+        raise
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response(500, "internal error; the server log has the details")
+
+
+@web.middleware
+async def refuse_path_tricks(request: web.Request, handler: Handler) -> web.StreamResponse:
+    path = request.raw_path.split("?", 1)[0]
+    if _PATH_TRICK.search(path) or "//" in path:
+        raise HttpError(404, "no such path")
+    return await handler(request)
+
+
+def bearer_token(token: str, open_paths: Iterable[str] = ()) -> Any:
+    """Require ``Authorization: Bearer <token>`` on every path but ``open_paths``.
+
+    An empty ``token`` turns the check off. The token is compared in constant time and
+    never appears in an answer or a log line.
+    """
+    expected = token.encode()
+    open_set = frozenset(open_paths)
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        request[AUTHORIZED] = authorized(request)
+        if request[AUTHORIZED] or request.path in open_set:
+            return await handler(request)
+        raise HttpError(
+            401,
+            "this server needs 'Authorization: Bearer <token>' (its api_token setting)",
+            {"WWW-Authenticate": 'Bearer realm="worx"'},
+        )
+
+    def authorized(request: web.Request) -> bool:
+        if not expected:
+            return True
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected)
+
+    return check
+
+
+def host_name(header: str) -> str:
+    """The host part of a Host header (``[::1]:8765`` -> ``::1``), lower case."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def host_check(bind_host: str, allowed: Iterable[str] = ()) -> Any:
+    """Answer 421 to a request whose Host header names another server (DNS rebinding).
+
+    Allowed: the loopback names, the bind address (unless a wildcard) and ``allowed``.
+    """
+    names = set(LOOPBACK_HOSTS) | {host_name(h) for h in allowed if h.strip()}
+    if bind_host not in WILDCARD_HOSTS:
+        names.add(host_name(bind_host) if ":" not in bind_host else bind_host.lower())
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if host_name(request.headers.get("Host", "")) not in names:
+            raise HttpError(
+                421,
+                "the Host header does not name this server; add the name you reach it by "
+                "to the allowed_hosts setting",
+            )
+        return await handler(request)
+
+    return check
+
+
+async def read_json(request: web.Request, limits: HttpLimits) -> dict[str, Any]:
+    """The request's JSON object, read within ``limits``.
+
+    Raises:
+        HttpError: 413 (too large), 408 (not received in time), 400 (not a JSON object,
+            NaN/Infinity, nested too deep).
+    """
+    if request.content_length is not None and request.content_length > limits.max_body_bytes:
+        raise HttpError(413, f"request body over the {limits.max_body_bytes}-byte limit")
+    try:
+        async with asyncio.timeout(limits.read_timeout_s):
+            raw = await request.read()
+    except TimeoutError:
+        raise HttpError(
+            408, f"request body not received within {limits.read_timeout_s:g} s"
+        ) from None
+    except web.HTTPRequestEntityTooLarge:
+        raise HttpError(413, f"request body over the {limits.max_body_bytes}-byte limit") from None
+    try:
+        body = json.loads(raw or b"{}", parse_constant=_refuse_constant)
+    except _NonFinite:
+        raise HttpError(400, "body has NaN or Infinity: JSON numbers must be finite") from None
+    except RecursionError:
+        raise HttpError(400, "body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError):  # JSONDecodeError, huge integers
+        raise HttpError(400, "body is not valid JSON (UTF-8)") from None
+    if not isinstance(body, dict):
+        raise HttpError(400, "body must be a JSON object")
+    return body
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def follower_health(followers: Iterable[Any]) -> tuple[bool, dict[str, dict[str, Any]]]:
+    """``(all alive, {topic: {"alive", "error"?}})`` of table followers.
+
+    A follower is anything with ``topic``, ``alive`` and ``error`` (e.g.
+    :class:`topology.table_follower.TableFollower`).
+    """
+    report: dict[str, dict[str, Any]] = {}
+    for follower in followers:
+        alive = bool(follower.alive)
+        entry: dict[str, Any] = {"alive": alive}
+        if not alive:
+            error = getattr(follower, "error", None)
+            entry["error"] = str(error)[:300] if error is not None else "stopped"
+        report[str(follower.topic)] = entry
+    return all(e["alive"] for e in report.values()), report
+
+
+class _ProtocolLog(logging.Filter):
+    """aiohttp logs a traceback for every malformed request; one line is enough."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.msg}: %s"
+            record.args = (*(record.args or ()), str(record.exc_info[1]).splitlines()[0])
+            record.exc_info = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+_protocol_log = logging.getLogger("worx.web.protocol")
+_protocol_log.addFilter(_ProtocolLog())
+
+
+class BackgroundServer:
+    """Serve ``app`` on ``host:port`` from a daemon thread until :meth:`stop`.
+
+    ``port`` 0 picks a free port (see :attr:`server_address`, :attr:`url`).
+    """
+
+    def __init__(
+        self, app: web.Application, host: str, port: int, limits: HttpLimits, name: str = "http"
+    ) -> None:
+        self.app = app
+        self.host, self.port = host, port
+        self.limits = limits
+        self.name = name
+        self.server_address: tuple[str, int] = (host, port)
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+    def start(self) -> BackgroundServer:
+        """Bind and start serving; raises the bind error (port taken, bad address)."""
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            raise self._failure
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._setup())
+        except BaseException as exc:  # noqa: BLE001 - handed to start()'s caller
+            self._failure = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._runner.cleanup())
+        self._loop.close()
+
+    async def _setup(self) -> None:
+        limits = self.limits
+        self._runner = web.AppRunner(
+            self.app,
+            handle_signals=False,
+            access_log=None,
+            logger=_protocol_log,
+            keepalive_timeout=limits.idle_timeout_s,
+            max_line_size=limits.max_line_bytes,
+            max_field_size=limits.max_line_bytes,
+            max_headers=limits.max_headers,
+            lingering_time=2.0,
+            shutdown_timeout=2.0,
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=512)
+        await site.start()
+        sockets = site._server.sockets if site._server is not None else []  # noqa: SLF001
+        self.server_address = tuple(sockets[0].getsockname()[:2])  # type: ignore[assignment]
+
+    def call(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the server's event loop (thread-safe)."""
+        self._loop.call_soon_threadsafe(fn)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
