@@ -13,6 +13,10 @@ class ExpertsConfig:
     trunk_dtype: str = "float32"  # dtype the trunk is loaded in for serving (one of DTYPES)
     store_dir: str = ""  # expert store root; empty: <data_dir>/experts
     lru_budget_mb: int = 512  # bytes of loaded experts kept in memory (LRU beyond it)
+    # disk hygiene of the store (applied whenever a command opens it):
+    quarantine_keep: int = 100  # newest .quarantine entries kept; 0: no count limit
+    quarantine_max_age_days: float = 30.0  # older quarantined entries removed; 0: no age limit
+    stale_tmp_after_s: float = 3600.0  # a lock-less .tmp-* dir unchanged this long is removed
     # the gate decides a document's domain by the domain table (route stage's rule and
     # per-domain thresholds), then mixes only that domain's experts:
     gate_top_k: int = 1  # most experts of the document's domain mixed (newest wins ties)
@@ -27,11 +31,29 @@ class ExpertsConfig:
     max_tokens: int = 1024  # longest text scored (tokens beyond are cut, and reported)
     max_new_tokens: int = 128  # upper bound of one generate request
 
+    def store_options(self) -> dict[str, float]:
+        """Keyword arguments of ``ExpertStore`` that come from this section (retention)."""
+        return {
+            "quarantine_keep": self.quarantine_keep,
+            "quarantine_max_age_s": self.quarantine_max_age_days * 86400,
+            "stale_tmp_after_s": self.stale_tmp_after_s,
+        }
+
     def validate(self) -> None:
         if self.trunk_dtype not in DTYPES:
             raise ValueError(f"experts.trunk_dtype {self.trunk_dtype!r} is not one of {DTYPES}")
         if self.lru_budget_mb < 1:
             raise ValueError("experts.lru_budget_mb must be >= 1")
+        if self.quarantine_keep < 0 or self.quarantine_max_age_days < 0:
+            raise ValueError(
+                "experts.quarantine_keep and experts.quarantine_max_age_days must be >= 0 "
+                "(0: no limit)"
+            )
+        if self.stale_tmp_after_s < 60:
+            raise ValueError(
+                "experts.stale_tmp_after_s must be >= 60 (a live writer must never lose its "
+                "temporary directory)"
+            )
         if self.gate_top_k < 1 or self.gate_temperature <= 0:
             raise ValueError("experts.gate_top_k must be >= 1 and experts.gate_temperature > 0")
         if (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -13,10 +14,17 @@ from worx.ids import UnsafeIdError, validate_id
 from worx.records import Record, RecordError
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+MAX_MANIFEST_BYTES = 1 << 20  # ours are a few KiB; a larger file is not one of ours
 
 
 class ManifestError(RecordError):
     reason = "bad_manifest"
+
+
+class NewerManifest(ManifestError):
+    """A manifest written by a newer build: not damaged, just not readable by this one."""
+
+    reason = "newer_schema"
 
 
 @dataclass(frozen=True)
@@ -78,13 +86,30 @@ class Manifest(Record):
 
     @classmethod
     def parse(cls, raw: bytes | str) -> Manifest:
-        """Decode and fully validate; any failure is a :class:`ManifestError`."""
+        """Decode and fully validate; any failure is a :class:`ManifestError`.
+
+        A ``schema_version`` above this build's raises :class:`NewerManifest` (a subclass):
+        the entry is intact, the reader is too old.
+        """
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"manifest has {len(raw)} bytes, more than {MAX_MANIFEST_BYTES}")
         try:
-            return cls.from_json(raw).check()
+            body = json.loads(raw)
+        except (ValueError, RecursionError) as exc:  # JSON and Unicode errors are ValueErrors
+            raise ManifestError(f"manifest is not JSON ({type(exc).__name__}: {exc})") from exc
+        version = body.get("schema_version") if isinstance(body, dict) else None
+        if isinstance(version, int) and not isinstance(version, bool):
+            if version > cls.SCHEMA_VERSION:
+                raise NewerManifest(
+                    f"manifest schema_version {version} is newer than this build reads "
+                    f"({cls.SCHEMA_VERSION}); upgrade worx to use this expert"
+                )
+        try:
+            return cls.from_dict(body).check()
         except ManifestError:
             raise
-        except RecordError as exc:
-            raise ManifestError(str(exc)) from exc
+        except Exception as exc:  # noqa: BLE001 - any decode failure is a bad manifest
+            raise ManifestError(f"{type(exc).__name__}: {exc}") from exc
 
     def registration(self) -> ExpertRegistration:
         """The ``worx.experts`` record announcing this expert."""

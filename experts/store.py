@@ -6,8 +6,14 @@
 * Verified on every load: the file is memory-mapped, its size and sha256 are checked
   against the manifest, and the tensors are views of that same mapping (no second read,
   nothing between the check and the use).
-* Refusals (:class:`ExpertRefused`) carry one ``reason`` of :data:`REASONS`; a refused
-  entry is quarantined: moved to ``<root>/.quarantine/<name>-<ms>/`` with ``reason.json``.
+* Refusals (:class:`ExpertRefused`) carry one ``reason`` of :data:`REASONS`. An entry that
+  fails its integrity checks (hash, size, undecodable bytes) is quarantined: moved to
+  ``<root>/.quarantine/<name>-<ms>/`` with ``reason.json``. An intact entry this reader
+  cannot use (:data:`SKIPPED`: another trunk's, or a newer manifest schema) is skipped,
+  logged once and listed by :meth:`ExpertStore.skipped`, and never moved: the store may be
+  shared by readers of several trunks and builds.
+* Housekeeping on open (:mod:`experts.store_housekeeping`): temporary directories of
+  writers that are gone are removed; the quarantine keeps a bounded number of entries.
 * Loaded experts sit in an LRU cache bounded in bytes, so the store can hold far more
   experts than memory.
 
@@ -44,7 +50,8 @@ import torch
 from safetensors.torch import save as save_safetensors
 
 from experts.expert import Expert, ExpertConfigError
-from experts.manifest import Manifest, ManifestError
+from experts.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, NewerManifest
+from experts.store_housekeeping import WriterLock, clean_stale_tmp, prune_quarantine
 from worx.atomic import atomic_write_json, fsync_dir
 from worx.ids import UnsafeIdError, validate_id
 
@@ -59,9 +66,11 @@ REASONS = (
     "bad_manifest",
     "unsafe_id",
     "wrong_trunk",
+    "newer_schema",
     "duplicate_id",
     "missing",
 )
+SKIPPED = frozenset({"wrong_trunk", "newer_schema"})  # intact entries this reader cannot use
 # safetensors dtype names -> torch dtypes (also used by trainer/mmap_weights.py)
 SAFETENSORS_DTYPES = {
     "F64": torch.float64,
@@ -75,7 +84,8 @@ SAFETENSORS_DTYPES = {
     "U8": torch.uint8,
     "BOOL": torch.bool,
 }
-_MAX_HEADER = 100 << 20  # a safetensors header larger than this is not one of ours
+MAX_MANIFEST_READ = MAX_MANIFEST_BYTES + 1  # one byte past the limit: "too large" is seen
+MAX_HEADER_BYTES = 1 << 20  # a safetensors header larger than this is not one of ours
 
 
 class ExpertRefused(Exception):
@@ -141,16 +151,33 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _header_length(prefix: bytes, size: int) -> int:
+    """The safetensors header length the 8-byte ``prefix`` announces, checked against
+    :data:`MAX_HEADER_BYTES` and the file's ``size``; ValueError if it does not fit."""
+    if size < 8 or len(prefix) < 8:
+        raise ValueError(f"file of {size} bytes is too short for a safetensors header")
+    (header_len,) = struct.unpack("<Q", prefix[:8])
+    if header_len > min(MAX_HEADER_BYTES, size - 8):
+        raise ValueError(
+            f"header length {header_len} does not fit in a file of {size} bytes "
+            f"(at most {MAX_HEADER_BYTES} bytes of header are read)"
+        )
+    return header_len
+
+
+def check_safetensors_header(path: str | os.PathLike[str]) -> None:
+    """Refuse (ValueError) a file whose header is too long to parse, before a library does."""
+    with open(path, "rb") as handle:
+        _header_length(handle.read(8), os.fstat(handle.fileno()).st_size)
+
+
 def _parse_safetensors(buf: Any, size: int) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Tensors viewing ``buf`` (a writable buffer of ``size`` bytes) and the file's metadata.
 
-    Raises ValueError describing the first structural problem found.
+    Raises ValueError describing the first structural problem found (other exceptions
+    are possible for hostile headers; the caller treats any of them as corruption).
     """
-    if size < 8:
-        raise ValueError(f"file of {size} bytes is too short for a safetensors header")
-    (header_len,) = struct.unpack("<Q", bytes(buf[:8]))
-    if header_len > min(_MAX_HEADER, size - 8):
-        raise ValueError(f"header length {header_len} does not fit in a file of {size} bytes")
+    header_len = _header_length(bytes(buf[:8]), size)
     try:
         header = json.loads(bytes(buf[8 : 8 + header_len]))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -196,7 +223,13 @@ class ExpertStore:
         Upper bound on the bytes of loaded experts kept in memory (the most recently used
         expert is always kept, even if alone it is larger).
     quarantine : bool
-        Move refused entries aside (default) instead of leaving them in place.
+        Move entries that fail integrity checks aside (default) instead of leaving them.
+    quarantine_keep, quarantine_max_age_s : int, float
+        Retention of ``.quarantine``: the newest ``quarantine_keep`` entries, none older
+        than ``quarantine_max_age_s`` (0: no limit), applied on open and on every move.
+    stale_tmp_after_s : float
+        A writer's temporary directory without a lock file is removed on open once
+        unchanged this long (with a lock file: as soon as its writer is gone).
     """
 
     def __init__(
@@ -205,17 +238,25 @@ class ExpertStore:
         trunk_fingerprint: str | None,
         lru_budget_bytes: int = 512 << 20,
         quarantine: bool = True,
+        quarantine_keep: int = 100,
+        quarantine_max_age_s: float = 30 * 86400,
+        stale_tmp_after_s: float = 3600,
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.trunk_fingerprint = trunk_fingerprint
         self.lru_budget_bytes = int(lru_budget_bytes)
         self.quarantine_enabled = quarantine
+        self.quarantine_keep = int(quarantine_keep)
+        self.quarantine_max_age_s = float(quarantine_max_age_s)
+        self._skipped: dict[str, ExpertRefused] = {}  # expert_id -> why this reader skips it
         self._cache: OrderedDict[str, tuple[Expert, int]] = OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
         self.loads = 0  # verified loads from disk (cache misses)
         self.hits = 0
+        clean_stale_tmp(self.root, stale_tmp_after_s)
+        self._prune_quarantine()
 
     # ------------------------------------------------------------------ write
     def put(
@@ -276,23 +317,24 @@ class ExpertStore:
         target = self.root / expert_id
         if target.exists():
             return self._same_or_refuse(expert_id, sha)
-        tmp = self.root / f".tmp-{expert_id}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        try:
-            _write_synced(tmp / WEIGHTS, data)
-            _write_synced(
-                tmp / MANIFEST, json.dumps(manifest.to_dict(), indent=2, sort_keys=True).encode()
-            )
-            fsync_dir(tmp)
+        with WriterLock(self.root, expert_id) as tmp:
+            tmp.mkdir()
             try:
-                os.rename(tmp, target)  # atomic; fails if another writer got there first
-            except OSError:
-                if target.exists():
-                    return self._same_or_refuse(expert_id, sha)
-                raise
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+                _write_synced(tmp / WEIGHTS, data)
+                _write_synced(
+                    tmp / MANIFEST,
+                    json.dumps(manifest.to_dict(), indent=2, sort_keys=True).encode(),
+                )
+                fsync_dir(tmp)
+                try:
+                    os.rename(tmp, target)  # atomic; fails if another writer got there first
+                except OSError:
+                    if target.exists():
+                        return self._same_or_refuse(expert_id, sha)
+                    raise
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
         fsync_dir(self.root)
         log.info(
             "stored expert %s (%d params, sha256 %s)", expert_id, manifest.num_params, sha[:12]
@@ -332,8 +374,9 @@ class ExpertStore:
         Raises
         ------
         ExpertRefused
-            ``unsafe_id``, ``missing``, ``bad_manifest`` (quarantined) or ``wrong_trunk``
-            (quarantined) when this store has a trunk fingerprint and it differs.
+            ``unsafe_id``, ``missing``, ``bad_manifest`` (quarantined), ``newer_schema``
+            (skipped, left in place) or ``wrong_trunk`` (skipped, left in place) when this
+            store has a trunk fingerprint and it differs.
         """
         try:
             validate_id(expert_id, kind="expert_id")
@@ -348,13 +391,20 @@ class ExpertStore:
                 "missing", expert_id, f"no expert {expert_id!r} in store {self.root}"
             )
         try:
-            manifest = Manifest.parse((entry / MANIFEST).read_bytes())
+            with (entry / MANIFEST).open("rb") as handle:
+                raw = handle.read(MAX_MANIFEST_READ)
+            manifest = Manifest.parse(raw)
         except FileNotFoundError:
             raise self._refuse(
                 ExpertRefused("bad_manifest", expert_id, f"{MANIFEST} is missing")
             ) from None
+        except NewerManifest as exc:
+            raise self._refuse(ExpertRefused("newer_schema", expert_id, str(exc))) from exc
         except ManifestError as exc:
             raise self._refuse(ExpertRefused("bad_manifest", expert_id, str(exc))) from exc
+        except OSError as exc:  # a directory named manifest.json, unreadable bytes
+            detail = f"{MANIFEST} cannot be read: {exc}"
+            raise self._refuse(ExpertRefused("bad_manifest", expert_id, detail)) from exc
         if manifest.expert_id != expert_id:
             detail = (
                 f"manifest names expert {manifest.expert_id!r} but sits in directory {expert_id!r}"
@@ -369,6 +419,7 @@ class ExpertStore:
                 f"{self.trunk_fingerprint[:12]}...; an expert only loads onto its own trunk"
             )
             raise self._refuse(ExpertRefused("wrong_trunk", expert_id, detail))
+        self._skipped.pop(expert_id, None)
         return manifest
 
     def get(self, expert_id: str) -> Expert:
@@ -400,6 +451,15 @@ class ExpertStore:
 
     def _load(self, expert_id: str) -> tuple[Expert, int]:
         manifest = self.manifest(expert_id)
+        try:
+            return self._load_verified(expert_id, manifest)
+        except ExpertRefused:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever hostile bytes raise is corruption
+            detail = f"{WEIGHTS} cannot be loaded ({type(exc).__name__}: {exc})"
+            raise self._refuse(ExpertRefused("corrupt", expert_id, detail)) from exc
+
+    def _load_verified(self, expert_id: str, manifest: Manifest) -> tuple[Expert, int]:
         path = self.root / expert_id / WEIGHTS
         try:
             handle = path.open("rb")
@@ -417,6 +477,10 @@ class ExpertStore:
                     f"{WEIGHTS} has {size} bytes, more than the manifest's {manifest.size_bytes}"
                 )
                 raise self._refuse(ExpertRefused("corrupt", expert_id, detail))
+            try:  # the header length, before hashing or parsing anything
+                _header_length(handle.read(8), size)
+            except ValueError as exc:
+                raise self._refuse(ExpertRefused("corrupt", expert_id, str(exc))) from exc
             mapped = mmap.mmap(
                 handle.fileno(), 0, access=mmap.ACCESS_COPY
             )  # private: never writes back
@@ -477,11 +541,21 @@ class ExpertStore:
             self.quarantine_enabled = saved
         return report
 
+    def skipped(self) -> list[dict[str, Any]]:
+        """Intact entries this reader leaves alone (:data:`SKIPPED` reasons), as last seen."""
+        return [self._skipped[k].to_dict() for k in sorted(self._skipped)]
+
     def _refuse(self, refused: ExpertRefused) -> ExpertRefused:
-        """Quarantine the entry behind ``refused`` (if enabled and present); return it."""
+        """Quarantine the entry behind ``refused`` (if enabled and present, and the reason
+        is an integrity failure), or note it as skipped; return it."""
         self.evict(refused.expert_id)
         name = refused.expert_id
         entry = self.root / name
+        if refused.reason in SKIPPED:
+            if name not in self._skipped:
+                log.warning("%s; left in place", refused)
+            self._skipped[name] = refused
+            return refused
         if not self.quarantine_enabled or name not in self:
             log.warning("%s", refused)
             return refused
@@ -497,7 +571,11 @@ class ExpertStore:
         atomic_write_json(dest / "reason.json", {**refused.to_dict(), "quarantined_ms": _now_ms()})
         fsync_dir(self.root)
         log.error("%s", refused)
+        self._prune_quarantine()
         return refused
+
+    def _prune_quarantine(self) -> None:
+        prune_quarantine(self.root / QUARANTINE, self.quarantine_keep, self.quarantine_max_age_s)
 
     def quarantined(self) -> list[dict[str, Any]]:
         """``reason.json`` of every quarantined entry."""

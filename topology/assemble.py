@@ -47,6 +47,7 @@ def server_from_config(config: Any, trunk_dir: str | None = None, store_dir: str
         paths.store_dir(config, store_dir),
         trunk.fingerprint,
         lru_budget_bytes=section.lru_budget_mb << 20,
+        **section.store_options(),
     )
     gate = Gate(section.gate_top_k, section.gate_temperature)
     return ExpertServer(
@@ -105,7 +106,7 @@ def trainer_from_config(
     trunk_path = paths.trunk_dir(config, trunk_dir)
     trunk = load_trunk(trunk_path, dtype=dtype, device=str(resolved))
     store_path = paths.store_dir(config, store_dir)
-    store = ExpertStore(store_path, trunk.fingerprint)
+    store = ExpertStore(store_path, trunk.fingerprint, **config.experts.store_options())
     return TrainerParts(
         section, trunk, store, trunk_path, store_path, paths.jobs_dir(config, jobs_dir)
     )
@@ -152,7 +153,10 @@ def build_monitor(
         trunk = load_trunk(trunk_path, dtype=getattr(torch, config.experts.trunk_dtype))
         fingerprint = trunk.fingerprint
         store = ExpertStore(
-            paths.store_dir(config, store_dir), fingerprint, config.experts.lru_budget_mb << 20
+            paths.store_dir(config, store_dir),
+            fingerprint,
+            config.experts.lru_budget_mb << 20,
+            **config.experts.store_options(),
         )
         e = config.experts
         router = GateRouter(

@@ -52,4 +52,4 @@ def test_list_show_verify(trunk_dirs, tmp_path: Path, capsys, monkeypatch) -> No
     assert main([*base, "verify", "--trunk", str(trunk_dirs["llama"]), "--quarantine"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert {r["reason"] for r in report["refused"]} == {"wrong_trunk"}
-    assert store.ids() == []
+    assert store.ids() == ["code", "legal"]  # another trunk's experts are never moved

@@ -104,7 +104,7 @@ def test_damaged_entries_are_refused_with_reason_and_quarantined(
     elif damage == "manifest_sha":
         manifest_path.write_text(json.dumps({**body, "sha256": "xyz"}))
     elif damage == "manifest_version":
-        manifest_path.write_text(json.dumps({**body, "schema_version": 99}))
+        manifest_path.write_text(json.dumps({**body, "schema_version": 0}))
     elif damage == "manifest_id":
         manifest_path.write_text(json.dumps({**body, "expert_id": "other"}))
     elif damage == "manifest_config":
@@ -121,15 +121,16 @@ def test_damaged_entries_are_refused_with_reason_and_quarantined(
     assert store.get("good") is not None  # the rest of the store keeps working
 
 
-def test_wrong_trunk_is_refused_and_quarantined(tmp_path: Path) -> None:
+def test_wrong_trunk_is_refused_and_left_in_place(tmp_path: Path) -> None:
     ExpertStore(tmp_path / "store", "e" * 64).put("elsewhere", _expert(1), "d", CENTROID)
     store = _store(tmp_path)
     store.put("mine", _expert(2), "d", CENTROID)
     refused = _refused(store, "elsewhere")
     assert refused.reason == "wrong_trunk"
     assert "only loads onto its own trunk" in refused.detail
-    assert refused.quarantined is not None
-    assert store.ids() == ["mine"]
+    assert refused.quarantined is None and store.quarantined() == []
+    assert store.ids() == ["elsewhere", "mine"]
+    assert [s["expert_id"] for s in store.skipped()] == ["elsewhere"]
 
 
 def test_unsafe_ids_are_refused(tmp_path: Path) -> None:

@@ -44,7 +44,12 @@ def _store(args: argparse.Namespace, fingerprint: str | None = None, quarantine:
     from topology.paths import store_dir
 
     config = load_config(args.config)
-    return ExpertStore(store_dir(config, args.store), fingerprint, quarantine=quarantine)
+    return ExpertStore(
+        store_dir(config, args.store),
+        fingerprint,
+        quarantine=quarantine,
+        **config.experts.store_options(),
+    )
 
 
 def run_list(args: argparse.Namespace) -> int:
