@@ -31,7 +31,6 @@ not dead-lettered: a replay after a crash is expected, not an error.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import time
@@ -39,8 +38,9 @@ from collections import Counter, OrderedDict
 from typing import Any, ClassVar
 
 from ingest.config import IngestConfig
+from ingest.dead_letters import dead_letter
 from ingest.normalise import InvalidUnicode, normalise_text, split_text
-from ingest.records import DeadLetter, Doc
+from ingest.records import Doc
 from worx.ids import UnsafeIdError, content_hash, validate_id
 from worx.records import Record
 from worx.stage import Emit, Message
@@ -153,21 +153,8 @@ class NormaliseStage:
         """A ``DeadLetter`` emit for ``message`` (original bytes cut at ``dlq_original_bytes``)."""
         self.counters["dlq"] += 1
         self.counters[f"dlq:{reason}"] += 1
-        raw = message.value or b""
-        kept = raw[: self.config.dlq_original_bytes]
-        if len(kept) < len(raw):
-            detail = f"{detail} (original cut to its first {len(kept)} of {len(raw)} bytes)"
-        record = DeadLetter(
-            reason=reason,
-            detail=detail,
-            original_b64=base64.b64encode(kept).decode("ascii"),
-            source_topic=message.topic,
-            source_partition=message.partition,
-            source_offset=message.offset,
-            stage=STAGE_NAME,
-            created_ms=int(time.time() * 1000),
-            original_size=len(raw),
-        )
+        keep = self.config.dlq_original_bytes
+        record = dead_letter(message, reason, detail, STAGE_NAME, keep_bytes=keep)
         return Emit("dlq", None, record)
 
     def _check_bytes(self, value: bytes | None) -> bytes:

@@ -11,6 +11,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from ingest.dead_letters import reason_class
 from worx.atomic import atomic_write_json
 
 RATE_WINDOW_S = 60.0  # messages per second are averaged over this window
@@ -25,9 +26,17 @@ class LiveState:
         File the state is saved to (``save()``) and restored from at start; None: memory.
     max_events
         Drift events and registrations kept (oldest dropped).
+    max_jobs
+        Jobs whose progress is kept (the least recently updated dropped).
+
+    Dead letters are counted by :func:`ingest.dead_letters.reason_class`, a fixed
+    vocabulary, so no producer can grow the counters (or the metrics' label set).
     """
 
-    def __init__(self, path: str | Path | None = None, max_events: int = 500) -> None:
+    def __init__(
+        self, path: str | Path | None = None, max_events: int = 500, max_jobs: int = 1000
+    ) -> None:
+        self.max_jobs = max_jobs
         self.path = Path(path) if path else None
         self._lock = threading.Lock()
         self.totals: dict[str, int] = {}  # topic suffix -> messages seen
@@ -50,13 +59,17 @@ class LiveState:
 
     def dead_letter(self, reason: str) -> None:
         with self._lock:
+            reason = reason_class(reason)
             self.dead_letters[reason] = self.dead_letters.get(reason, 0) + 1
 
     def train_status(self, status: dict[str, Any]) -> None:
         with self._lock:
-            job = self.jobs.setdefault(status["job_id"], {"first_ms": status.get("created_ms", 0)})
+            job = self.jobs.pop(status["job_id"], None) or {"first_ms": status.get("created_ms", 0)}
             job.update({k: v for k, v in status.items() if k != "schema_version"})
             job["updated_ms"] = status.get("created_ms") or int(time.time() * 1000)
+            self.jobs[status["job_id"]] = job  # (last: the dict is in update order)
+            while len(self.jobs) > self.max_jobs:
+                self.jobs.pop(next(iter(self.jobs)))
 
     def drift_event(self, event: dict[str, Any]) -> None:
         with self._lock:
@@ -97,8 +110,11 @@ class LiveState:
     def restore(self, state: dict[str, Any]) -> None:
         with self._lock:
             self.totals = dict(state.get("totals", {}))
-            self.dead_letters = dict(state.get("dead_letters", {}))
-            self.jobs = dict(state.get("jobs", {}))
+            self.dead_letters = {}
+            for reason, count in state.get("dead_letters", {}).items():
+                reason = reason_class(reason)
+                self.dead_letters[reason] = self.dead_letters.get(reason, 0) + int(count)
+            self.jobs = dict(list(state.get("jobs", {}).items())[-self.max_jobs :])
             self.drift.extend(state.get("drift", []))
             self.registrations.extend(state.get("registrations", []))
 

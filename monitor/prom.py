@@ -12,6 +12,9 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ingest.dead_letters import reason_class
+from trainer.records import STATES
+
 
 class WorxCollector(Collector):
     """Exports :func:`monitor.figures.build_state` as ``worx_*`` metrics."""
@@ -106,24 +109,34 @@ class WorxCollector(Collector):
         yield from (sbytes, scount, squar)
 
         live = state.get("live", {})
+        # per domain, the job updated last (no job_id label: one series per job would
+        # grow without bound); the state label holds one of TrainStatus's states
         progress = GaugeMetricFamily(
             "worx_train_progress",
-            "Training progress of a job (0..1)",
-            labels=["job_id", "domain", "state"],
+            "Training progress (0..1) of the latest job of a domain",
+            labels=["domain", "state"],
         )
         tloss = GaugeMetricFamily(
-            "worx_train_loss", "Latest training loss of a job", labels=["job_id", "domain"]
+            "worx_train_loss",
+            "Latest training loss of the latest job of a domain",
+            labels=["domain"],
         )
-        for job_id, job in live.get("jobs", {}).items():
+        latest: dict[str, dict[str, Any]] = {}
+        for job in live.get("jobs", {}).values():
+            domain = str(job.get("domain_id", ""))
+            if job.get("updated_ms", 0) >= latest.get(domain, {}).get("updated_ms", -1):
+                latest[domain] = job
+        for domain, job in sorted(latest.items()):
             total = job.get("total_steps") or 0
             done = (
                 1.0
                 if job.get("state") == "finished"
                 else (job.get("step", 0) / total if total else 0.0)
             )
-            progress.add_metric([job_id, job.get("domain_id", ""), job.get("state", "")], done)
+            state = job.get("state", "")
+            progress.add_metric([domain, state if state in STATES else "other"], done)
             if job.get("loss") is not None:
-                tloss.add_metric([job_id, job.get("domain_id", "")], job["loss"])
+                tloss.add_metric([domain], job["loss"])
         rate = GaugeMetricFamily(
             "worx_stream_rate", "Messages per second over the last minute", labels=["topic"]
         )
@@ -138,7 +151,7 @@ class WorxCollector(Collector):
             "worx_dead_letters", "Dead letters seen, by reason", labels=["reason"]
         )
         for reason, v in live.get("dead_letters", {}).items():
-            dlq.add_metric([reason], v)
+            dlq.add_metric([reason_class(reason)], v)
         drift = CounterMetricFamily("worx_drift_events", "Drift events seen (recent window)")
         drift.add_metric([], len(live.get("drift", [])))
         yield from (progress, tloss, rate, total, dlq, drift)

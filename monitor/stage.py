@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from experts.records import ExpertRegistration
+from ingest.dead_letters import dead_letter
 from ingest.records import DeadLetter
 from monitor.domains import KnownDomains
 from monitor.figures import build_state
@@ -110,7 +111,7 @@ class MonitorStage:
             if suffix == "dlq":
                 self.live.dead_letter("undecodable_dead_letter")
                 return []
-            return [Emit("dlq", None, DeadLetter.of(message, exc.reason, str(exc), "monitor"))]
+            return [Emit("dlq", None, dead_letter(message, exc.reason, str(exc), "monitor"))]
 
     def apply_domain(self, row: DomainRecord) -> None:
         """One row of ``worx.domains``: its label, and the routing table (the server's)."""
@@ -133,6 +134,7 @@ class MonitorStage:
 
     def _job(self, message: Message) -> list[Emit]:
         job = TrainJob.from_json(message.value or b"", strict=False)
+        job.check_docs_topic(f"{self.prefix}.docs")  # held-out docs only from our own docs
         self.jobs[job.job_id] = job.to_dict()
         while len(self.jobs) > self.MAX_JOBS:
             self.jobs.pop(next(iter(self.jobs)))

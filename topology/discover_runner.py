@@ -29,14 +29,16 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from router.discover import DiscoverStage
+from router.records import DomainRecord
 from topology.expert_registrations import ExpertRegistrations
 from topology.kafka import carries_record, make_consumer, make_producer, to_message
 from topology.publisher import Publisher
-from topology.runner import apply_stage
-from topology.table_follower import TableFollower
+from topology.runner import apply_stage, check_followers, reject
+from topology.table_follower import TableFollower, is_conflict
 from topology.topics import Topics
 from worx.atomic import atomic_write_bytes, atomic_write_json
-from worx.stage import Emit
+from worx.records import RecordError
+from worx.stage import Emit, Message
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ class DiscoverRunner:
         self.processed = 0
         self.external: Queue = Queue()  # domain rows written by others (expert ids)
         self.registrations: ExpertRegistrations | None = None  # follows worx.experts
+        self.follower: TableFollower | None = None  # follows worx.domains
 
     # ---------------------------------------------------------------- state file
     def _write(self, outbox: list[dict[str, Any]]) -> None:
@@ -111,8 +114,15 @@ class DiscoverRunner:
     def run(self, stop: threading.Event | None = None, idle_timeout_s: float | None = None) -> None:
         stop = stop or threading.Event()
         self.recover()
-        follower = TableFollower(self.conf, self.topics.domains, self.external.put).start()
+        self.follower = TableFollower(
+            self.conf,
+            self.topics.domains,
+            lambda row: self.external.put((row, self.follower.current)),
+            name="discover-domains",
+        )
+        self.follower.start()
         self.registrations = ExpertRegistrations(self.conf, self.topics.experts).start()
+        followers = [self.follower, self.registrations]
         consumer = make_consumer(
             self.conf, f"{self.topics.prefix}-discover", **{"enable.auto.commit": False}
         )  # offsets live in the snapshot
@@ -129,6 +139,7 @@ class DiscoverRunner:
         last_data = last_snapshot = time.monotonic()
         try:
             while not stop.is_set():
+                check_followers(followers)  # a dead follower: exit, to be restarted
                 outbox = self._apply_external()
                 batch = consumer.consume(self.batch_size, timeout=0.5)
                 handled = 0
@@ -158,19 +169,37 @@ class DiscoverRunner:
         finally:
             if self.processed:
                 self._write([])
-            follower.stop()
+            self.follower.stop()
             self.registrations.stop()
             consumer.close()
             self.publisher.close()
 
     def _apply_external(self) -> list[dict[str, Any]]:
-        """Apply rows and registrations from the followers; the domain rows to re-emit."""
+        """Apply rows and registrations from the followers; the domain rows to re-emit (and
+        the dead letters of rows the table refused)."""
+        emits: list[Emit] = []
         while True:
             try:
-                self.stage.apply_domain(self.external.get_nowait())
+                row, message = self.external.get_nowait()
             except Empty:
                 break
-        return [_outbox_item(e) for e in self.registrations.apply(self.stage)]
+            emits += apply_domain_row(self.stage, row, message)
+        emits += self.registrations.apply(self.stage)
+        return [_outbox_item(e) for e in emits]
+
+
+def apply_domain_row(stage: DiscoverStage, row: DomainRecord, message: Message) -> list[Emit]:
+    """Merge one row of ``worx.domains`` into ``stage``; a refused one is dead-lettered."""
+    held = stage.table.get(row.domain_id)
+    try:
+        stage.apply_domain(row)
+    except (RecordError, ValueError) as exc:
+        reason = exc.reason if isinstance(exc, RecordError) else "table_refused"
+        return reject(message, reason, f"{type(exc).__name__}: {exc}", "discover")
+    if is_conflict(held, row) and row.expert_ids == held.expert_ids:
+        detail = f"a second, different row for {row.domain_id} at version {row.version}"
+        return reject(message, "conflicting_duplicate", detail, "discover")
+    return []
 
 
 def _outbox_item(emit: Emit) -> dict[str, Any]:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from ingest.records import DeadLetter
+from ingest.dead_letters import dead_letter
 from topology.kafka import carries_record, make_consumer, make_producer, to_message
 from topology.publisher import Publisher
 from topology.topics import Topics
@@ -28,15 +29,20 @@ log = logging.getLogger(__name__)
 
 
 def apply_stage(stage: Stage, message: Message, stage_name: str) -> list[Emit]:
-    """Decode (if the stage wants a record), process, and turn failures into dead letters."""
-    record = None
-    if stage.input_record is not None:
-        try:
-            record = stage.input_record.from_json(message.value or b"", strict=False)
-        except RecordError as exc:
-            return [Emit("dlq", None, DeadLetter.of(message, exc.reason, str(exc), stage_name))]
+    """Decode (if the stage wants a record) and process; any failure becomes a dead letter.
+
+    Decoding happens inside the error handling: a record that breaks the decoder (too
+    deep, not finite, wrong types...) is dead-lettered like one that breaks the stage, and
+    the stream goes on. A message of the dead-letter topic itself is never dead-lettered
+    again (that would loop): its failure is logged and it is dropped.
+    """
     try:
+        record = None
+        if stage.input_record is not None:
+            record = stage.input_record.from_json(message.value or b"", strict=False)
         return stage.process(message, record)
+    except RecordError as exc:
+        return reject(message, exc.reason, str(exc), stage_name)
     except Exception as exc:  # a bug or bad data in one message must not stop the stream
         log.exception(
             "stage %s failed on %s[%d]@%d",
@@ -45,8 +51,32 @@ def apply_stage(stage: Stage, message: Message, stage_name: str) -> list[Emit]:
             message.partition,
             message.offset,
         )
-        detail = f"{type(exc).__name__}: {exc}"
-        return [Emit("dlq", None, DeadLetter.of(message, "stage_error", detail, stage_name))]
+        return reject(message, "stage_error", f"{type(exc).__name__}: {exc}", stage_name)
+
+
+def reject(message: Message, reason: str, detail: str, stage_name: str) -> list[Emit]:
+    """The dead-letter emit for ``message`` (none for a message of a dead-letter topic)."""
+    if message.topic.endswith(".dlq"):
+        log.warning(
+            "%s: dropped dead letter %s@%d: %s",
+            stage_name,
+            message.topic,
+            message.offset,
+            detail[:200],
+        )
+        return []
+    return [Emit("dlq", None, dead_letter(message, reason, detail, stage_name))]
+
+
+class FollowerDied(RuntimeError):
+    """A table follower of this process stopped: the process must exit to be restarted."""
+
+
+def check_followers(followers: Sequence[Any]) -> None:
+    """Raise :class:`FollowerDied` if one of ``followers`` (``.healthy()``) stopped."""
+    for follower in followers:
+        if not follower.healthy():
+            raise FollowerDied(f"{follower.describe()}; exiting so the supervisor restarts us")
 
 
 class StageRunner:
@@ -64,6 +94,7 @@ class StageRunner:
         session_timeout_ms: int = 10_000,
         on_batch: Callable[[int, int], None] | None = None,
         producer_conf: dict | None = None,
+        followers: Sequence[Any] = (),
     ) -> None:
         self.stage = stage
         self.topics = topics
@@ -79,6 +110,8 @@ class StageRunner:
         )
         self.consumed = 0
         self.emitted = 0
+        # table followers this stage depends on: if one stops, run() raises FollowerDied
+        self.followers = list(followers)
 
     def run(self, stop: threading.Event | None = None, idle_timeout_s: float | None = None) -> None:
         """Process until ``stop`` is set, or nothing arrived for ``idle_timeout_s`` seconds."""
@@ -95,6 +128,7 @@ class StageRunner:
         self.consumer.subscribe(self.input_topics, on_assign=on_assign)
         try:
             while not stop.is_set():
+                check_followers(self.followers)
                 batch = self.consumer.consume(self.batch_size, timeout=0.5)
                 if not batch:
                     if idle_timeout_s is not None and time.monotonic() - last_data > idle_timeout_s:

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from experts.store import ExpertStore
 from experts.trunk import Trunk
+from ingest.dead_letters import dead_letter
 from router.records import TrainJob
 from topology.fetch import fetch_job_docs
 from topology.kafka import carries_record, make_consumer, make_producer, to_message
@@ -27,6 +28,8 @@ from topology.publisher import Publisher
 from topology.topics import Topics
 from trainer.config import TrainerConfig
 from trainer.worker import JobRunner
+from worx.records import RecordError
+from worx.stage import Message
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,19 @@ class TrainWorker:
         """Run one job to its end (no offsets involved); returns the state reached."""
         return self.jobs.handle(job, stop)
 
+    def handle_message(self, message: Message, stop: threading.Event) -> str:
+        """Decode and check one ``worx.train`` message, then run its job; a message that is
+        not a valid job of this deployment is dead-lettered (``"dead_letter"``) and the
+        worker goes on to the next."""
+        try:
+            job = TrainJob.from_json(message.value or b"", strict=False)
+            job.check_docs_topic(self.topics.docs)  # a job reads only this deployment's docs
+        except RecordError as exc:
+            self.publisher.send("dlq", None, dead_letter(message, exc.reason, str(exc), "trainer"))
+            self.publisher.flush()
+            return "dead_letter"
+        return self.jobs.handle(job, stop)
+
     def run(
         self,
         stop: threading.Event | None = None,
@@ -108,7 +124,7 @@ class TrainWorker:
                     continue
                 if not carries_record(msg):
                     continue
-                state = self.jobs.handle_message(to_message(msg), stop)
+                state = self.handle_message(to_message(msg), stop)
                 if state == "interrupted":
                     log.info("stopped during a job; it resumes from its checkpoint on restart")
                     break

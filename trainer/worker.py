@@ -36,7 +36,7 @@ from typing import Any
 from experts.expert import Expert, ExpertConfigError
 from experts.store import ExpertRefused, ExpertStore
 from experts.trunk import Trunk
-from ingest.records import DeadLetter
+from ingest.dead_letters import dead_letter
 from router.records import TrainJob
 from trainer.checkpoint import clear_checkpoints
 from trainer.config import TrainerConfig
@@ -109,7 +109,7 @@ class JobRunner:
         try:
             job = TrainJob.from_json(message.value or b"", strict=False)
         except RecordError as exc:
-            letter = DeadLetter.of(message, exc.reason, str(exc), "trainer")
+            letter = dead_letter(message, exc.reason, str(exc), "trainer")
             self._send("dlq", None, letter)
             self._flush()
             return "dead_letter"

@@ -106,7 +106,7 @@ def test_prometheus_metrics(server: DashboardServer) -> None:
     assert 'worx_forgetting_avg{run="dense_baseline"}' in text
     assert "worx_weight_changes 0.0" in text
     assert "worx_experts 3.0" in text
-    assert 'worx_train_progress{domain="news",job_id="job-news",state="step"} 0.3' in text
+    assert 'worx_train_progress{domain="news",state="step"} 0.3' in text
     assert 'worx_dead_letters_total{reason="not_json"} 1.0' in text
     assert 'worx_stream_messages_total{topic="docs"} 120.0' in text
     assert "worx_store_experts 3.0" in text

@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         stage_name="route",
         batch_size=args.batch_size,
         session_timeout_ms=config.kafka.session_timeout_ms,
+        followers=[follower],  # a dead table follower ends the worker (non-zero exit)
     )
     log.info(
         "route worker: %s -> %s, embedder %s",

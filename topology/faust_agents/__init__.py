@@ -17,7 +17,10 @@ project's delivery rules:
   the producer; Faust flushes the producer before it commits offsets;
 - a record the stage cannot decode or fails on is dead-lettered **on purpose** (Faust
   acknowledges an event whose handler raised, so an exception would lose it silently);
-- a stateful stage may pass ``on_processed`` to snapshot its state with its offsets.
+- a stateful stage may pass ``on_processed`` to snapshot its state with its offsets;
+- a table follower an agent depends on is watched by :func:`crash_when_dead` from the
+  task that started it: if it stops, the task raises, which crashes the app, and the
+  worker exits non-zero for its supervisor to restart it.
 
 A module whose stage needs configuration that is missing raises
 :class:`AgentNotConfigured` with a message that says what to set.
@@ -25,13 +28,14 @@ A module whose stage needs configuration that is missing raises
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from topology.runner import apply_stage
+from topology.runner import FollowerDied, apply_stage
 from worx.stage import Message, Stage
 
 if TYPE_CHECKING:
@@ -60,6 +64,13 @@ def load(name: str) -> Callable[..., None]:
     if name not in available():
         raise AgentNotConfigured(f"no Faust agent {name!r}; available: {', '.join(available())}")
     return importlib.import_module(f"{__name__}.{name}").register
+
+
+async def crash_when_dead(follower: Any, every_s: float = 1.0) -> None:
+    """Return never while ``follower`` is healthy; raise :class:`FollowerDied` once not."""
+    while follower.healthy():
+        await asyncio.sleep(every_s)
+    raise FollowerDied(f"{follower.describe()}; crashing the worker so it is restarted")
 
 
 def raw_topic(app: faust.App, *names: str) -> Any:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from router.discover import DiscoverStage
 from topology.expert_registrations import ExpertRegistrations
-from topology.faust_agents import raw_topic, to_message
+from topology.faust_agents import crash_when_dead, raw_topic, to_message
 from topology.faust_agents.route import bootstrap_of
 from topology.kafka import client_conf
 from topology.paths import discover_snapshot
@@ -67,6 +67,7 @@ def register(app: faust.App, config: WorxConfig, topics: Topics) -> None:
         conf = client_conf(config.kafka, bootstrap_of(app))
         followers["experts"] = ExpertRegistrations(conf, topics.experts).start()
         log.info("discover agent follows %s", topics.experts)  # (a daemon thread)
+        await crash_when_dead(followers["experts"])
 
     async def run(stream: Any) -> None:
         async for event in stream.events():

@@ -2,7 +2,8 @@
 
 Each worker follows the whole compacted <prefix>.domains table with its own
 :class:`topology.table_follower.TableFollower` (a thread, outside the consumer group),
-so a new domain takes effect in every worker without a restart.
+so a new domain takes effect in every worker without a restart. If the follower stops,
+the worker crashes (exits non-zero) rather than routing by a table that no longer moves.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from router.route import RouteStage
-from topology.faust_agents import raw_topic, to_message
+from topology.faust_agents import crash_when_dead, raw_topic, to_message
 from topology.runner import apply_stage
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ def register(app: faust.App, config: WorxConfig, topics: Topics) -> None:
     @app.task
     async def follow_domains() -> None:
         conf = client_conf(config.kafka, bootstrap_of(app))
-        follower = TableFollower(conf, topics.domains, stage.table.apply).start()
+        follower = TableFollower(conf, topics.domains, stage.table.apply, name="route-domains")
+        follower.start()
         log.info("route agent follows %s (embedder %s)", topics.domains, stage.embedder.fingerprint)
         stage.follower = follower  # a daemon thread: it ends with the worker process
+        await crash_when_dead(follower)
