@@ -37,6 +37,7 @@ from worx.web import (
     follower_health,
     host_check,
     json_errors,
+    read_json,
     refuse_path_tricks,
 )
 
@@ -155,6 +156,7 @@ class DashboardServer:
             raise HttpError(404, "this monitor has no model to evaluate with (--no-stream)")
         if request.content_type != "application/json":
             raise HttpError(415, "POST /api/evaluate needs 'Content-Type: application/json'")
+        await read_json(request, self.limits)  # an empty object; read within the limits
         if self.evaluating:
             raise HttpError(409, "an evaluation is already running; poll /api/state")
         self._evaluation = self._evaluator.submit(self._run_evaluation)
