@@ -19,6 +19,8 @@ from router.embed import default_embedder
 from tests.experts.conftest import domain_record, domain_texts, make_domain_expert
 
 DOMAINS = {"code": "python_code", "legal": "legal", "bio": "biomedical"}
+TOKEN = "live-serve-token"  # given to the process through WORX_SERVE__API_TOKEN
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TEXTS = {name: domain_texts(domain, 1, skip=40)[0] for name, domain in DOMAINS.items()}
 
 
@@ -39,7 +41,7 @@ class Stream:
             name = list(TEXTS)[i % len(TEXTS)]
             i += 1
             data = json.dumps({"text": TEXTS[name]}).encode()
-            request = urllib.request.Request(f"{self.base}/score", data=data)
+            request = urllib.request.Request(f"{self.base}/score", data=data, headers=AUTH)
             try:
                 with urllib.request.urlopen(request, timeout=60) as response:
                     status, body = response.status, json.loads(response.read())
@@ -68,6 +70,7 @@ def test_live_serve_registers_three_experts_without_a_failed_request(
         WORX_KAFKA__BOOTSTRAP_SERVERS=broker.bootstrap_servers,
         WORX_KAFKA__TOPIC_PREFIX=topics.prefix,
         WORX_KAFKA__PARTITIONS="2",
+        WORX_SERVE__API_TOKEN=TOKEN,
         OMP_NUM_THREADS="1",
     )
     argv = [sys.executable, "-m", "topology.cli", "serve", "--trunk", str(trunk_dir)]
@@ -114,11 +117,16 @@ def test_live_serve_registers_three_experts_without_a_failed_request(
         with stream.changed:  # a few more rounds with all three registered
             target = len(stream.answers) + 6
             assert stream.changed.wait_for(lambda: len(stream.answers) >= target, timeout=60)
-        with urllib.request.urlopen(f"{base}/health", timeout=30) as response:
+        request = urllib.request.Request(f"{base}/health", headers=AUTH)
+        with urllib.request.urlopen(request, timeout=30) as response:
             health = json.loads(response.read())
         assert health["experts"] == 3 and health["failed_requests"] == 0
         assert health["domains"] == 3 and health["experts_without_domain"] == []
         assert [(r["expert_id"], r["reason"]) for r in health["refusals"]] == [("bad", "truncated")]
+        assert set(health["followers"]) == {topics.domains, topics.experts}
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the token is required
+            urllib.request.urlopen(f"{base}/experts", timeout=30)
+        assert refused.value.code == 401
     finally:
         if stream is not None:
             stream.stop.set()
