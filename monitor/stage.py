@@ -114,9 +114,12 @@ class MonitorStage:
             return [Emit("dlq", None, dead_letter(message, exc.reason, str(exc), "monitor"))]
 
     def apply_domain(self, row: DomainRecord) -> None:
-        """One row of ``worx.domains``: its label, and the routing table (the server's)."""
-        self.labels.apply(row)
-        self.domains.apply(row)
+        """One row of ``worx.domains``: the routing table (the server's), then its label if
+        the table holds the row (an invalid row raises RecordError first; a stale one is
+        no label change)."""
+        accepted = self.domains.apply(row)
+        if accepted or self.domains.table.get(row.domain_id) == row:
+            self.labels.apply(row)
 
     # --- handlers ---------------------------------------------------------------------
     def _dead_letter(self, message: Message) -> list[Emit]:
