@@ -78,7 +78,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         if exc.status < 400:
             raise
         routing = exc.status in (404, 405)
-        reason = f"no route {request.method} {request.path}" if routing else exc.reason
+        reason = f"no route {request.method} {request.path[:100]}" if routing else exc.reason
         headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
         return error_response(exc.status, reason, headers)
     except (asyncio.CancelledError, ConnectionError):
@@ -120,7 +120,11 @@ def bearer_token(token: str, open_paths: Iterable[str] = ()) -> Any:
         if not expected:
             return True
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected)
+        try:
+            given_bytes = given.strip().encode("utf-8", "surrogateescape")
+        except UnicodeError:
+            return False
+        return scheme.lower() == "bearer" and hmac.compare_digest(given_bytes, expected)
 
     return check
 
@@ -217,7 +221,7 @@ class _ProtocolLog(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and record.exc_info[1] is not None:
             record.msg = f"{record.msg}: %s"
-            record.args = (*(record.args or ()), str(record.exc_info[1]).splitlines()[0])
+            record.args = (*(record.args or ()), " ".join(str(record.exc_info[1]).split())[:200])
             record.exc_info = None
             record.levelno, record.levelname = logging.INFO, "INFO"
         return True

@@ -278,6 +278,8 @@ def test_a_missing_or_wrong_token_is_401_and_never_echoed(served) -> None:
         {"Authorization": f"Basic {TOKEN}"},
         {"Authorization": "Bearer"},
         {"Authorization": f"Bearer {TOKEN[:-1]}"},
+        {"Authorization": "Bearer t\u00f6k\u00ff"},  # not ASCII
+        {"Authorization": f"bearer  {TOKEN}x "},
     ]
     for headers in tries:
         for method, path, body in (
