@@ -151,13 +151,15 @@ class DenseBaseline:
     def step(self, expert_id: str, domain_id: str, train_texts: Sequence[str]) -> list[EvalRow]:
         """Fine-tune on one more domain (the one ``expert_id`` was trained for) and evaluate.
 
-        A replay (``expert_id`` already a baseline step) does nothing.
+        A replay (``expert_id`` already a baseline step) trains nothing and returns that
+        step's rows again (0 to its own), as :meth:`Evaluator.on_registration` does.
         """
         from trainer.recipes.dense import dense_finetune
 
         rows = self.history.rows(RUN)
-        if any(r.arrived_expert == expert_id for r in rows):
-            return []
+        steps = [r.step for r in rows if r.arrived_expert == expert_id]
+        if steps:
+            return rows[: steps[0] + 1]
         if not train_texts:
             raise ValueError(
                 f"no training texts for {domain_id!r}: the baseline cannot take this step"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from monitor.heldout import HeldoutSets
@@ -39,6 +40,36 @@ class Router(Protocol):
     """Routes held-out texts the way the server does: ``{expert_id: weight}`` per text."""
 
     def route(self, texts: list[str], experts: DomainExperts) -> list[dict[str, float]]: ...
+
+
+class StoreExperts(Mapping[str, Any]):
+    """The experts the mixture may serve, by id, each resolved through the store's LRU on
+    lookup: nothing is held here, so loaded experts stay within the store's byte budget
+    (an evicted one is loaded, and verified, again when next used)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._ids: set[str] = set()
+
+    def add(self, expert_id: str) -> None:
+        self._ids.add(expert_id)
+
+    def discard(self, expert_id: str) -> None:
+        self._ids.discard(expert_id)
+
+    def __getitem__(self, expert_id: str) -> Any:
+        if expert_id not in self._ids:
+            raise KeyError(expert_id)
+        return self.store.get(expert_id)
+
+    def __contains__(self, expert_id: object) -> bool:
+        return expert_id in self._ids
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._ids))
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
 
 class Evaluator:
@@ -87,7 +118,7 @@ class Evaluator:
         self.batch_size = batch_size
         self.backfill = backfill
         self.domains_wait_s = domains_wait_s
-        self.loaded: dict[str, Any] = {}  # expert_id -> Expert, what the mixture serves
+        self.loaded = StoreExperts(store)  # what the mixture serves (inside the LRU budget)
         self.mixture = Mixture(trunk, self.loaded)
         self.watch = WeightWatch(history.data["tensor_hashes"])
         self._lock = threading.RLock()
@@ -101,7 +132,12 @@ class Evaluator:
         sha256: str = "",
         created_ms: int | None = None,
     ) -> list[EvalRow]:
-        """Evaluate the mixture with the new expert added; rows written (empty if a replay).
+        """Evaluate the mixture with the new expert added; return the rows written.
+
+        A redelivery evaluates nothing and returns this registration's rows again (steps 0
+        to its own, as they are now): the process may have died after the history was
+        saved and before the rows were flushed to ``worx.metrics``. Rows are keyed
+        ``<run>:<step>``; a later copy of a key supersedes an earlier one.
 
         ``created_ms``: the manifest's (the registration carries it; read from the store
         when None). The gate prefers a domain's newest expert on a tie, as the server does.
@@ -111,8 +147,8 @@ class Evaluator:
         with self._lock:
             experts = self.history.data["experts"]
             if expert_id in experts:
-                log.info("expert %s already evaluated (redelivery): nothing to do", expert_id)
-                return []
+                log.info("expert %s already evaluated (redelivery): its rows again", expert_id)
+                return self._rows_through(expert_id)
             dims = {len(e["centroid"]) for e in experts.values()}
             if dims and dims != {len(centroid)}:
                 raise ValueError(
@@ -136,9 +172,14 @@ class Evaluator:
                 out += self._evaluate(len(rows), rows[-1].expert_ids + [expert_id], expert_id)
             except BaseException:
                 experts.pop(expert_id, None)  # not evaluated: a redelivery must try again
-                self.loaded.pop(expert_id, None)
+                self.loaded.discard(expert_id)
                 raise
             return out
+
+    def _rows_through(self, expert_id: str) -> list[EvalRow]:
+        rows = self.history.rows("ours")
+        steps = [r.step for r in rows if r.arrived_expert == expert_id]
+        return rows[: steps[0] + 1] if steps else []
 
     def evaluate_now(self) -> list[EvalRow]:
         """On demand: row 0 if there is none, else re-check and re-evaluate the latest step."""
@@ -195,14 +236,10 @@ class Evaluator:
             except Exception as exc:  # the store refusing an expert is the finding itself
                 problems.append(f"store/{eid}: refused ({type(exc).__name__}: {exc})")
                 expert = None
-                # the server cannot load it either: evaluate what is really served
-                refused = self.loaded.pop(eid, None)
-                if refused is not None:
-                    current.update(hash_module(f"expert/{eid}", refused))
-            if eid not in self.loaded and expert is not None:
-                self.loaded[eid] = expert
-            if eid in self.loaded:
-                current.update(hash_module(f"expert/{eid}", self.loaded[eid]))
+                self.loaded.discard(eid)  # the server cannot load it either
+            if expert is not None:
+                self.loaded.add(eid)
+                current.update(hash_module(f"expert/{eid}", expert))
         prefixes = ["trunk"] + [p for e in expert_ids for p in (f"expert/{e}", f"file/{e}")]
         problems += self.watch.check(current, prefixes)
         if problems:

@@ -35,11 +35,14 @@ def test_three_experts_full_matrix_and_zero_weight_forgetting(small_run: SmallRu
     assert last["forgetting"][3] is not None  # news: never given an expert, still tracked
 
 
-def test_replay_of_a_registration_is_a_no_op(run_copy: SmallRun) -> None:
+def test_replay_of_a_registration_evaluates_nothing_and_returns_its_rows(
+    run_copy: SmallRun,
+) -> None:
     eid = "legal-e1"
     _, domain, centroid = run_copy.experts[eid]
     before = run_copy.history.rows("ours")
-    assert run_copy.evaluator.on_registration(eid, domain, centroid) == []
+    step = [r.arrived_expert for r in before].index(eid)
+    assert run_copy.evaluator.on_registration(eid, domain, centroid) == before[: step + 1]
     assert run_copy.history.rows("ours") == before
 
 

@@ -202,7 +202,9 @@ def test_stage_contract_without_a_broker(run_copy: SmallRun) -> None:
         trunk_fingerprint=run_copy.trunk.fingerprint,
         centroid=centroid,
     )
-    assert stage.process(Message(reg.to_json(), topic="p.experts")) == []  # already evaluated
+    replayed = stage.process(Message(reg.to_json(), topic="p.experts"))  # already evaluated:
+    step = [r.arrived_expert for r in run_copy.history.rows("ours")].index("legal-e1")
+    assert [e.key for e in replayed] == [f"ours:{s}" for s in range(step + 1)]  # rows again
     other = ExpertRegistration(
         expert_id="z-e1", domain_id="z", sha256="x", trunk_fingerprint="f" * 64, centroid=centroid
     )
