@@ -32,6 +32,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 # a raw path with a dot segment, an encoded slash/backslash/dot or a NUL names no route
+PARSE_ON_LOOP_BYTES = 64 << 10  # larger JSON bodies are parsed on a worker thread
 # set by bearer_token on every request: whether it carried the token (True when none is set)
 AUTHORIZED = web.RequestKey("authorized", bool)
 _PATH_TRICK = re.compile(r"(^|/)\.\.?(/|$)|%2f|%5c|%2e|%00|\\", re.IGNORECASE)
@@ -178,7 +179,10 @@ async def read_json(request: web.Request, limits: HttpLimits) -> dict[str, Any]:
     except web.HTTPRequestEntityTooLarge:
         raise HttpError(413, f"request body over the {limits.max_body_bytes}-byte limit") from None
     try:
-        body = json.loads(raw or b"{}", parse_constant=_refuse_constant)
+        if len(raw) > PARSE_ON_LOOP_BYTES:  # a big body is parsed off the event loop
+            body = await asyncio.to_thread(_parse, raw)
+        else:
+            body = _parse(raw)
     except _NonFinite:
         raise HttpError(400, "body has NaN or Infinity: JSON numbers must be finite") from None
     except RecursionError:
@@ -192,6 +196,10 @@ async def read_json(request: web.Request, limits: HttpLimits) -> dict[str, Any]:
 
 class _NonFinite(ValueError):
     pass
+
+
+def _parse(raw: bytes) -> Any:
+    return json.loads(raw or b"{}", parse_constant=_refuse_constant)
 
 
 def _refuse_constant(name: str) -> Any:
