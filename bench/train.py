@@ -14,6 +14,8 @@ its own. Prints ONE JSON line:
 * ``dense``: a dense fine-tune of every weight, its learning rate swept (``--dense-lrs``)
   and the best held-out perplexity taken (each ``dense_lr*`` run is listed);
   ``dense_frozen_embeddings``: the same at the best rate with the (tied) embeddings frozen;
+  ``dense_fused_gelu``: the same with PyTorch's fused GELU kernel (the one the expert's
+  frozen MLPs run, trainer/frozen_mlp.py) instead of GPT-2's Python ``gelu_new``;
 * ``design_*``: other expert designs on the same tokens (the diagnosis of where the gap to
   dense is: docs/trainer.md);
 * ``expert_equal_time``: the default expert given the wall-clock time dense used (more
@@ -55,6 +57,7 @@ sys.path.insert(0, str(REPO))
 SAVERS_OFF = {
     "optimizer": "adamw",
     "activation_checkpointing": False,
+    "fused_frozen_mlp": False,
     "mmap_trunk": False,
     "chunked_loss": False,
 }
@@ -65,9 +68,12 @@ RUNS: dict[str, dict] = {
     "expert_no_act_ckpt": {"kind": "expert", "cfg": {"activation_checkpointing": False}},
     "expert_no_mmap": {"kind": "expert", "cfg": {"mmap_trunk": False}},
     "expert_no_chunked_loss": {"kind": "expert", "cfg": {"chunked_loss": False}},
+    "expert_no_fused_mlp": {"kind": "expert", "cfg": {"fused_frozen_mlp": False}},
     "expert_no_savers": {"kind": "expert", "cfg": SAVERS_OFF},
     "dense": {"kind": "dense"},  # the learning-rate sweep; the best run is reported as "dense"
     "dense_frozen_embeddings": {"kind": "dense", "freeze_embeddings": True},
+    # dense with the fused GELU kernel the expert's frozen MLPs use (what dense would gain)
+    "dense_fused_gelu": {"kind": "dense", "fused_gelu": True},
     # the expert the demo trained before vocabulary kinds: adapters in the upper half,
     # rank 16, LR 3e-3
     "design_adapter_r16": {
@@ -174,6 +180,8 @@ def run_one(name: str, spec: dict) -> dict:
         model, tokenizer = load_trainable(spec["trunk"])
         if run.get("freeze_embeddings"):
             model.get_input_embeddings().weight.requires_grad_(False)  # tied: the output too
+        if run.get("fused_gelu"):
+            _fuse_gelu(model)
         before = perplexity(model, tokenizer, heldout, spec["seq_len"], spec["micro_batch"])
         cfg = DenseConfig(
             steps=spec["steps"],
@@ -216,6 +224,15 @@ def run_one(name: str, spec: dict) -> dict:
         heldout_ppl_before=round(out["heldout_ppl_before"], 4),
     )
     return out
+
+
+def _fuse_gelu(model) -> None:
+    """GPT-2's Python ``gelu_new`` replaced by PyTorch's fused kernel of the same formula."""
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    for module in model.modules():
+        if isinstance(getattr(module, "act", None), NewGELUActivation):
+            module.act = GELUTanh()
 
 
 def _expert_layers(arg: str, num_layers: int) -> tuple[int, ...]:
@@ -376,7 +393,7 @@ def _run_all(names: list[str], spec: dict, work: Path, args, dense_lrs: list[flo
     if "expert" in names:
         run("expert", "expert")
     best_lr = None
-    if "dense" in names or "dense_frozen_embeddings" in names:
+    if "dense" in names or any(n.startswith("dense_") for n in names):
         sweep = [run(f"dense_lr{lr:g}", "dense", dense_lr=lr) for lr in dense_lrs]
         best = min(sweep, key=lambda r: r["heldout_ppl"])
         best_lr = best["lr"]
@@ -389,8 +406,8 @@ def _run_all(names: list[str], spec: dict, work: Path, args, dense_lrs: list[flo
     for name in names:
         if name in ("expert", "dense", "expert_equal_time"):
             continue
-        if name == "dense_frozen_embeddings":
-            run(name, "dense_frozen_embeddings", dense_lr=best_lr)
+        if name in ("dense_frozen_embeddings", "dense_fused_gelu"):
+            run(name, name, dense_lr=best_lr)
         else:
             run(name, name)
     for _ in range(args.repeat - 1):  # the machine's other load comes and goes
@@ -483,6 +500,7 @@ def _report(
 ) -> dict:
     expert, dense = runs.get("expert"), runs.get("dense")
     fp32 = runs.get("expert_fp32_adamw")
+    fused = runs.get("dense_fused_gelu")
 
     def get(run: dict | None, key: str) -> float | None:
         return None if run is None else run[key]
@@ -514,7 +532,7 @@ def _report(
                 "over_dense": _ratio(run["heldout_ppl"], get(dense, "heldout_ppl")),
             }
             for name, run in runs.items()
-            if name.startswith("design_") or name == "dense_frozen_embeddings"
+            if name.startswith("design_") or name in ("dense_frozen_embeddings", "dense_fused_gelu")
         },
         "runs": runs,
         "expert_over_dense_time_per_token": _ratio(
@@ -531,6 +549,13 @@ def _report(
         ),
         "expert_over_dense_peak_rss_total": _ratio(
             get(expert, "peak_rss_mb"), get(dense, "peak_rss_mb")
+        ),
+        # against dense given the fused GELU kernel too (the expert's frozen MLPs run it)
+        "expert_over_dense_fused_gelu_time_per_token": _ratio(
+            get(expert, "time_per_token_us"), get(fused, "time_per_token_us")
+        ),
+        "expert_over_dense_fused_gelu_peak_rss": _ratio(
+            get(expert, "net_peak_rss_mb"), get(fused, "net_peak_rss_mb")
         ),
         "optimizer_bytes_per_param_8bit": get(expert, "optimizer_bytes_per_param"),
         # the same without bitsandbytes' two fixed 1 KiB quantisation maps (per optimizer,

@@ -36,6 +36,7 @@ class TrainerConfig:
     # --- memory savers (each switchable; measured by bench/train.py) --------------------
     optimizer: str = "adamw8bit"  # "adamw8bit" (bitsandbytes 8-bit states) or "adamw" (fp32)
     activation_checkpointing: bool = True  # recompute trunk activations in backward
+    fused_frozen_mlp: bool = True  # frozen GPT-2 MLPs: fused GELU, input-gradient-only backward
     mmap_trunk: bool = True  # trunk weights memory-mapped from safetensors (CPU)
     chunked_loss: bool = True  # cross-entropy in row chunks, never the full (B, T, V) logits
     loss_chunk: int = 256  # rows (tokens) per chunk of the chunked loss

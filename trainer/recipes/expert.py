@@ -41,6 +41,7 @@ from trainer.checkpoint import load_latest, save_checkpoint
 from trainer.config import TrainerConfig
 from trainer.data import BatchStream, eos_id, pack, tokenize
 from trainer.expert_setup import expert_config_for, prepare_trunk, resolve_device
+from trainer.frozen_mlp import frozen_mlp_kernels
 from trainer.fused_loss import (
     chunked_sequence_loss,
     chunked_token_nll,
@@ -195,6 +196,8 @@ class ExpertRecipe:
         self.stream = BatchStream(train_ids, train_mask, cfg.micro_batch_size, seed=cfg.seed)
 
         torch.manual_seed(cfg.seed)
+        mlps = [self.trunk.mlp(layer) for layer in range(self.trunk.num_layers)]
+        self._exit.enter_context(frozen_mlp_kernels(mlps, cfg.fused_frozen_mlp))
         if self.parent is None and self.candidates:
             self._start_from_best_candidate()
         if self.parent is not None:
