@@ -117,9 +117,16 @@ class MonitorStage:
         """One row of ``worx.domains``: the routing table (the server's), then its label if
         the table holds the row (an invalid row raises RecordError first; a stale one is
         no label change)."""
+        held = self.domains.table.get(row.domain_id)
         accepted = self.domains.apply(row)
-        if accepted or self.domains.table.get(row.domain_id) == row:
+        if accepted or held == row:
             self.labels.apply(row)
+        elif held is not None and held.version == row.version:
+            raise RecordError(
+                f"a second, different row for {row.domain_id} at version {row.version}: "
+                "the table keeps the first",
+                reason="conflicting_duplicate",
+            )
 
     # --- handlers ---------------------------------------------------------------------
     def _dead_letter(self, message: Message) -> list[Emit]:
@@ -161,12 +168,12 @@ class MonitorStage:
                 f"the monitor evaluates trunk {self.trunk_fingerprint[:12]}...",
                 reason="wrong_trunk",
             )
-        self.live.registration(reg.to_dict())
         rows: list[EvalRow] = []
-        if self.evaluator is not None:
+        if self.evaluator is not None:  # raises for an expert the store does not hold
             rows += self.evaluator.on_registration(
                 reg.expert_id, reg.domain_id, reg.centroid, reg.sha256, reg.created_ms
             )
+        self.live.registration(reg.to_dict())  # (only a registration the evaluator took)
         if self.baseline is not None and rows:
             texts = self._train_texts(reg)
             if texts:
