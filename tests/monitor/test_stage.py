@@ -77,7 +77,7 @@ def test_monitor_stage_on_a_real_broker(
         refs=[{"topic": topics.docs, "partition": 0, "start": offsets[0], "end": offsets[-1] + 1}],
         train_doc_ids=[d for d, _ in news[8:]],
         heldout_doc_ids=heldout_ids,
-        centroid=[],
+        centroid=[1.0],
     )
     producer = Producer(kafka_conf)
     producer.produce(topics.train, job.to_json(), key=job.job_id)
@@ -198,7 +198,7 @@ def test_stage_contract_without_a_broker(run_copy: SmallRun) -> None:
     reg = ExpertRegistration(
         expert_id="legal-e1",
         domain_id=domain,
-        sha256="x",
+        sha256="0" * 64,
         trunk_fingerprint=run_copy.trunk.fingerprint,
         centroid=centroid,
     )
@@ -206,7 +206,11 @@ def test_stage_contract_without_a_broker(run_copy: SmallRun) -> None:
     step = [r.arrived_expert for r in run_copy.history.rows("ours")].index("legal-e1")
     assert [e.key for e in replayed] == [f"ours:{s}" for s in range(step + 1)]  # rows again
     other = ExpertRegistration(
-        expert_id="z-e1", domain_id="z", sha256="x", trunk_fingerprint="f" * 64, centroid=centroid
+        expert_id="z-e1",
+        domain_id="z",
+        sha256="0" * 64,
+        trunk_fingerprint="f" * 64,
+        centroid=centroid,
     )
     [emit] = stage.process(Message(other.to_json(), topic="p.experts", offset=7))
     assert emit.topic == "dlq" and emit.record.reason == "wrong_trunk"
@@ -279,7 +283,7 @@ def test_worx_monitor_command_follows_the_stream(
         reg = ExpertRegistration(
             expert_id="legal-e1",
             domain_id="legal",
-            sha256="",
+            sha256=small_run.store.manifest("legal-e1").sha256,
             trunk_fingerprint=small_run.trunk.fingerprint,
             centroid=centroid,
         )
