@@ -16,6 +16,7 @@ from types import MappingProxyType
 from experts.expert import Expert
 from experts.manifest import Manifest
 from router.gate import DomainExperts
+from worx.records import RecordError
 
 
 class ExpertTable(Mapping[str, Expert]):
@@ -57,12 +58,29 @@ class ExpertTable(Mapping[str, Expert]):
         return len(self.manifests)
 
     def with_manifest(self, manifest: Manifest) -> ExpertTable:
-        """A new table that also holds ``manifest`` (this one is unchanged)."""
+        """A new table that also holds ``manifest`` (this one is unchanged); this very table
+        when it holds that manifest already.
+
+        Raises:
+            RecordError: the table holds another expert under this id (ids are write-once).
+        """
+        held = self.manifests.get(manifest.expert_id)
+        if held == manifest:
+            return self
+        if held is not None and held.sha256 != manifest.sha256:
+            raise RecordError(
+                f"expert {manifest.expert_id} is held with sha256 {held.sha256[:12]}...; ids "
+                "are write-once",
+                reason="duplicate_id",
+            )
         return ExpertTable(
             {**self.manifests, manifest.expert_id: manifest}, self.loader, self.version + 1
         )
 
     def without(self, expert_id: str) -> ExpertTable:
-        """A new table without ``expert_id`` (this one is unchanged)."""
+        """A new table without ``expert_id`` (this one is unchanged); this very table when
+        it does not hold ``expert_id`` (a tombstone for an unknown key changes nothing)."""
+        if expert_id not in self.manifests:
+            return self
         rest = {k: v for k, v in self.manifests.items() if k != expert_id}
         return ExpertTable(rest, self.loader, self.version + 1)

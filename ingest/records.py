@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from worx.records import Record
+from worx.checks import check_doc_id, check_id, check_name, check_range
+from worx.records import Record, RecordError
 
 try:  # optional: a faster JSON codec for the ingest hot path
     import orjson
@@ -30,6 +31,16 @@ class Doc(Record):
     part: int = 0  # index of this piece when an oversize text was split
     created_ms: int = 0
     meta: dict[str, str] = field(default_factory=dict)
+
+    def check(self) -> Doc:
+        check_doc_id("doc_id", self.doc_id)
+        if not self.text or self.text.isspace():
+            raise RecordError("Doc.text is empty or whitespace only", reason="empty_text")
+        check_name("source", self.source, max_chars=4096, printable=False)
+        check_id("label", self.label, optional=True)
+        check_range("part", self.part, 0)
+        check_range("created_ms", self.created_ms, 0)
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         # the hot path of ingest: a shallow copy (every field is a primitive or a
@@ -69,6 +80,15 @@ class DeadLetter(Record):
     stage: str = ""
     created_ms: int = 0
     original_size: int = -1  # byte length of the original; original_b64 may hold only a prefix
+
+    def check(self) -> DeadLetter:
+        check_name("reason", self.reason)
+        check_name("source_topic", self.source_topic, max_chars=4096, printable=False)
+        check_name("stage", self.stage)
+        for name in ("source_partition", "source_offset", "original_size"):
+            check_range(name, getattr(self, name), -1)
+        check_range("created_ms", self.created_ms, 0)
+        return self
 
     @classmethod
     def of(cls, message: Message, reason: str, detail: str, stage: str) -> DeadLetter:

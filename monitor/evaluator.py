@@ -32,6 +32,8 @@ from monitor.routing import experts_from_history
 from monitor.scoring import score_texts
 from monitor.weights import WeightWatch, expert_weight_file, hash_module, hash_safetensors
 from router.gate import DomainExperts
+from worx.checks import check_id
+from worx.records import RecordError
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,36 @@ class Router(Protocol):
     """Routes held-out texts the way the server does: ``{expert_id: weight}`` per text."""
 
     def route(self, texts: list[str], experts: DomainExperts) -> list[dict[str, float]]: ...
+
+
+def check_stored(store: Any, expert_id: str, domain_id: str, sha256: str = "") -> None:
+    """Refuse a registration the store does not back: an unsafe or unknown id, a manifest
+    of another domain or (when given) another sha256. Raises :class:`RecordError`."""
+    check_id("expert_id", expert_id)
+    if expert_id not in store:
+        raise RecordError(
+            f"expert {expert_id} is registered but not in the store at {store.root}",
+            reason="unknown_expert",
+        )
+    try:
+        manifest = store.manifest(expert_id)
+    except Exception as exc:  # noqa: BLE001 - any refusal by the store is the finding
+        raise RecordError(
+            f"expert {expert_id}: the store refuses its manifest ({exc})",
+            reason=str(getattr(exc, "reason", "bad_manifest")),
+        ) from exc
+    if manifest.domain_id != domain_id:
+        raise RecordError(
+            f"expert {expert_id} is registered for domain {domain_id}, its manifest says "
+            f"{manifest.domain_id}",
+            reason="domain_mismatch",
+        )
+    if sha256 and manifest.sha256 != sha256:
+        raise RecordError(
+            f"expert {expert_id}: the registration names sha256 {sha256[:12]}..., the store "
+            f"holds {manifest.sha256[:12]}...",
+            reason="sha256_mismatch",
+        )
 
 
 class StoreExperts(Mapping[str, Any]):
@@ -141,8 +173,13 @@ class Evaluator:
 
         ``created_ms``: the manifest's (the registration carries it; read from the store
         when None). The gate prefers a domain's newest expert on a tie, as the server does.
+
+        Raises:
+            RecordError: the store holds no such expert, or another one (domain, sha256):
+                nothing is written to the history (a fake registration is no step).
         """
         if expert_id not in self.history.data["experts"]:  # a replay needs no domain
+            check_stored(self.store, expert_id, domain_id, sha256)
             self._wait_for_domain(expert_id, domain_id)
         with self._lock:
             experts = self.history.data["experts"]

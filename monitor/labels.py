@@ -66,7 +66,12 @@ class DomainLabels:
         self._labels: dict[str, str] = load_labels(root) if root else {}
 
     def apply(self, row: DomainRecord) -> None:
-        """Take the row's ``label_hint`` (None forgets the label); save when it changed."""
+        """Take the row's ``label_hint`` (None forgets the label); save when it changed.
+
+        Raises:
+            RecordError: the row is invalid (nothing changes).
+        """
+        row.validated()
         with self._lock:
             if self._labels.get(row.domain_id) == row.label_hint:
                 return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from worx.checks import check_id, check_ids, check_name, check_range
 from worx.records import Record
 
 
@@ -28,3 +29,20 @@ class EvalRow(Record):
     routing_loss_delta: dict[str, float] = field(default_factory=dict)
     heldout_size: dict[str, int] = field(default_factory=dict)  # domain -> documents evaluated
     summary: dict = field(default_factory=dict)  # monitor.metrics.summarise of this step
+
+    def check(self) -> EvalRow:
+        check_name("run", self.run)
+        check_range("step", self.step, 0)
+        check_ids("expert_ids", self.expert_ids)
+        for name in ("loss", "perplexity", "routing_changed", "routing_loss_delta", "heldout_size"):
+            check_ids(f"{name} domain", getattr(self, name))
+        for domain, ppl in self.perplexity.items():
+            check_range(f"perplexity[{domain}]", ppl, 0)
+        for domain, share in self.routing_changed.items():
+            check_range(f"routing_changed[{domain}]", share, 0, 1)
+        for domain, size in self.heldout_size.items():
+            check_range(f"heldout_size[{domain}]", size, 0)
+        check_range("created_ms", self.created_ms, 0)
+        check_id("arrived_expert", self.arrived_expert, optional=True)
+        check_id("arrived_domain", self.arrived_domain, optional=True)
+        return self

@@ -19,6 +19,8 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from worx.ids import validate_id
+
 log = logging.getLogger(__name__)
 
 
@@ -84,5 +86,9 @@ class WeightWatch:
 
 
 def expert_weight_file(store_root: str | Path, expert_id: str) -> Path:
-    """Where the store keeps an expert's weights (``<root>/<expert_id>/weights.safetensors``)."""
-    return Path(store_root) / expert_id / "weights.safetensors"
+    """Where the store keeps an expert's weights (``<root>/<expert_id>/weights.safetensors``).
+
+    Raises:
+        UnsafeIdError: ``expert_id`` could name a path outside the store.
+    """
+    return Path(store_root) / validate_id(expert_id, kind="expert_id") / "weights.safetensors"

@@ -4,7 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from worx.records import Record
+from worx.checks import (
+    COSINE,
+    check_choice,
+    check_dim,
+    check_doc_id,
+    check_doc_ids,
+    check_id,
+    check_ids,
+    check_name,
+    check_range,
+    check_topic,
+    check_unit_vector,
+)
+from worx.records import MAX_ITEMS, Record, RecordError
+
+THRESHOLD = (-2.0, 2.0)  # a cosine threshold: [-1, 1] and the margins learned around it
+DISTANCE = (0.0, 2.0 + 1e-3)  # 1 - cosine
 
 
 @dataclass(frozen=True)
@@ -31,6 +47,18 @@ class RoutedDoc(Record):
     # else its worx.docs timestamp): discover's arrival rules order by it, not by the
     # interleaved order it consumes worx.routed in; 0: unknown (a record of an older route)
 
+    def check(self) -> RoutedDoc:
+        check_doc_id("doc_id", self.doc_id)
+        check_id("domain_id", self.domain_id, optional=True)
+        check_range("similarity", self.similarity, *COSINE)
+        check_topic("docs_topic", self.docs_topic)
+        check_range("docs_partition", self.docs_partition, 0)
+        check_range("docs_offset", self.docs_offset, 0)
+        check_id("label", self.label, optional=True)
+        check_range("domain_version", self.domain_version, 0)
+        check_range("doc_created_ms", self.doc_created_ms, 0)
+        return self
+
 
 @dataclass(frozen=True)
 class DomainRecord(Record):
@@ -55,6 +83,40 @@ class DomainRecord(Record):
     distance_mean: float = 0.0  # mean of 1 - cosine of the members (drift reference)
     distance_std: float = 0.0  # its standard deviation
 
+    def check(self) -> DomainRecord:
+        check_id("domain_id", self.domain_id)
+        check_unit_vector("centroid", self.centroid)
+        check_range("threshold", self.threshold, *THRESHOLD)
+        check_range("core_threshold", self.core_threshold, *THRESHOLD)
+        check_range("cohesion", self.cohesion, *COSINE)
+        check_range("size", self.size, 0)
+        check_choice("status", self.status, ("active", "retired"))
+        check_ids("expert_ids", self.expert_ids)
+        check_id("parent_domain_id", self.parent_domain_id, optional=True)
+        check_name("embedder", self.embedder)
+        check_range("version", self.version, 0)
+        check_range("created_ms", self.created_ms, 0)
+        check_name("label_hint", self.label_hint, optional=True)
+        check_range("distance_mean", self.distance_mean, *DISTANCE)
+        check_range("distance_std", self.distance_std, *DISTANCE)
+        return self
+
+    def check_dim(self, dim: int) -> DomainRecord:
+        """Refuse a centroid of another embedder than the caller's (``dim`` dimensions)."""
+        check_dim(f"domain {self.domain_id}: centroid", self.centroid, dim)
+        return self
+
+    def check_embedder(self, fingerprint: str) -> DomainRecord:
+        """Refuse a row made by another embedder than ``fingerprint`` (a row that names
+        none, as rows written by hand do, is left to :meth:`check_dim`)."""
+        if self.embedder and self.embedder != fingerprint:
+            raise RecordError(
+                f"domain {self.domain_id} was made by embedder {self.embedder[:60]!r}, this "
+                f"stage embeds with {fingerprint[:60]!r}",
+                reason="wrong_embedder",
+            )
+        return self
+
 
 @dataclass(frozen=True)
 class DocRef(Record):
@@ -66,6 +128,13 @@ class DocRef(Record):
     partition: int
     start: int
     end: int
+
+    def check(self) -> DocRef:
+        check_topic("topic", self.topic)
+        check_range("partition", self.partition, 0, 2**31 - 1)
+        check_range("start", self.start, 0)
+        check_range("end", self.end, self.start)
+        return self
 
 
 @dataclass(frozen=True)
@@ -82,6 +151,18 @@ class DriftEvent(Record):
     window_start_offset: int
     window_end_offset: int
     created_ms: int = 0
+
+    def check(self) -> DriftEvent:
+        check_id("event_id", self.event_id)
+        check_choice("detector", self.detector, ("novelty_rate", "domain_distance", "promotion"))
+        check_choice("kind", self.kind, ("new_domain", "drift"))
+        check_id("domain_id", self.domain_id, optional=True)
+        for key in self.statistics:
+            check_name("statistics key", key)
+        check_range("window_start_offset", self.window_start_offset, 0)
+        check_range("window_end_offset", self.window_end_offset, self.window_start_offset)
+        check_range("created_ms", self.created_ms, 0)
+        return self
 
 
 @dataclass(frozen=True)
@@ -103,3 +184,46 @@ class TrainJob(Record):
     centroid: list[float]
     parent_expert_id: str | None = None  # branch from this expert (drift), else zero-init
     created_ms: int = 0
+
+    def check(self) -> TrainJob:
+        check_id("job_id", self.job_id)
+        check_id("domain_id", self.domain_id)
+        check_choice("reason", self.reason, ("new_domain", "drift"))
+        span = sum(ref.end - ref.start for ref in self.doc_refs())
+        check_range("the offsets the refs span", span, 0, MAX_ITEMS)
+        check_doc_ids("train_doc_ids", self.train_doc_ids)
+        check_doc_ids("heldout_doc_ids", self.heldout_doc_ids)
+        check_unit_vector("centroid", self.centroid)
+        check_id("parent_expert_id", self.parent_expert_id, optional=True)
+        check_range("created_ms", self.created_ms, 0)
+        return self
+
+    def doc_refs(self) -> list[DocRef]:
+        """``refs`` as checked :class:`DocRef` (an item may omit its ``schema_version``)."""
+        refs = []
+        for i, raw in enumerate(self.refs):
+            if not isinstance(raw, dict):
+                raise RecordError(f"refs[{i}] is not an object", reason="wrong_type")
+            body = {"schema_version": DocRef.SCHEMA_VERSION, **raw}
+            try:
+                refs.append(DocRef.from_dict(body, strict=False))
+            except RecordError as exc:
+                raise RecordError(f"refs[{i}]: {exc}", reason=exc.reason) from exc
+        return refs
+
+    def check_docs_topic(self, docs_topic: str) -> TrainJob:
+        """Refuse refs to any topic but ``docs_topic`` (``<prefix>.docs``): a job must
+        not make the trainer read, and train on, another topic the credentials reach."""
+        for ref in self.doc_refs():
+            if ref.topic != docs_topic:
+                raise RecordError(
+                    f"job {self.job_id}: a ref names topic {ref.topic!r}; jobs may only name "
+                    f"documents of {docs_topic!r}",
+                    reason="foreign_topic",
+                )
+        return self
+
+    def check_dim(self, dim: int) -> TrainJob:
+        """Refuse a centroid of another embedder than the caller's (``dim`` dimensions)."""
+        check_dim(f"job {self.job_id}: centroid", self.centroid, dim)
+        return self

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from worx.checks import check_choice, check_id, check_range
 from worx.records import Record
+
+STATES = ("started", "step", "finished", "not_worth_it", "failed", "skipped")
 
 
 @dataclass(frozen=True)
@@ -24,3 +27,15 @@ class TrainStatus(Record):
     reason: str = ""  # why it failed / was not worth it / was skipped
     figures: dict = field(default_factory=dict)  # e.g. ppl before/after, tokens seen
     created_ms: int = 0
+
+    def check(self) -> TrainStatus:
+        check_id("job_id", self.job_id)
+        check_id("domain_id", self.domain_id)
+        check_choice("state", self.state, STATES)
+        check_range("step", self.step, 0)
+        check_range("total_steps", self.total_steps, 0)
+        if self.tokens_per_s is not None:
+            check_range("tokens_per_s", self.tokens_per_s, 0)
+        check_id("expert_id", self.expert_id, optional=True)
+        check_range("created_ms", self.created_ms, 0)
+        return self

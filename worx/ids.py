@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # whole string (fullmatch)
 
 
 class UnsafeIdError(ValueError):
@@ -16,9 +16,22 @@ def validate_id(value: object, *, kind: str = "id") -> str:
     """Return ``value`` if it is a safe id, else raise :class:`UnsafeIdError`.
 
     A safe id is 1-128 characters of ``[A-Za-z0-9._-]``, starts with a letter or digit
-    and is not ``.``/``..``-like, so it can name a directory without escaping its parent.
+    and holds no ``..``, so it can name a directory without escaping its parent. The
+    whole string must match: a trailing newline, a slash or an empty string is refused.
+
+    >>> validate_id("dom-1a.b_c")
+    'dom-1a.b_c'
+    >>> for bad in ("dom-1" + chr(10), "a/b", "a..b", ""):
+    ...     try:
+    ...         validate_id(bad)
+    ...     except UnsafeIdError:
+    ...         print("refused", repr(bad))
+    refused 'dom-1\\n'
+    refused 'a/b'
+    refused 'a..b'
+    refused ''
     """
-    if not isinstance(value, str) or not _SAFE_ID.match(value) or ".." in value:
+    if not isinstance(value, str) or not _SAFE_ID.fullmatch(value) or ".." in value:
         raise UnsafeIdError(
             f"{kind} {value!r} is not a safe name: use 1-128 characters of letters, digits, "
             "'.', '_' or '-', starting with a letter or digit, with no '..'"
