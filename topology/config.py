@@ -12,13 +12,20 @@ File layout::
 
 Environment: ``WORX_<SECTION>__<FIELD>=value`` overrides a field (``WORX_INGEST__STRICT=true``);
 ``WORX_KAFKA_CLIENT__SASL_MECHANISM=PLAIN`` sets the librdkafka key ``sasl.mechanism``
-(underscores become dots). ``WORX_CONFIG`` names the file (default ``./worx.toml``).
+(underscores become dots); ``WORX_INGEST_SOURCE_CLIENT__SASL_PASSWORD=...`` sets
+``sasl.password`` of the source cluster (``ingest.source_client``, `worx connect`) the same
+way. ``WORX_CONFIG`` names the file (default ``./worx.toml``).
+
+A refused setting is named, never echoed when its name looks secret (password, token,
+secret, key, sasl, credential) or it holds client settings; a value from the environment
+is named by its variable.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import types
 import typing
@@ -34,6 +41,14 @@ from trainer.config import TrainerConfig
 
 class ConfigError(ValueError):
     pass
+
+
+# librdkafka settings from the environment: variable prefix -> (section, field)
+CLIENT_ROUTES = {
+    "KAFKA_CLIENT__": ("kafka", "client"),
+    "INGEST_SOURCE_CLIENT__": ("ingest", "source_client"),
+}
+_SECRET = re.compile(r"passw|token|secret|key|sasl|credential", re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,34 +123,78 @@ def load_config(
             raw = tomllib.loads(file.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{file} is not valid TOML: {exc}") from exc
-    _apply_env(raw, env)
-    return build(WorxConfig, raw, "")
+    origins = _apply_env(raw, env)
+    try:
+        return build(WorxConfig, raw, "", origins)
+    except ConfigError as exc:  # a validate() message quoting a secret: name its variable
+        message = str(exc)
+        for dotted, variable in origins.items():
+            secret = env.get(variable, "")
+            if _SECRET.search(dotted) and len(secret) >= 4 and secret in message:
+                message = message.replace(secret, f"<the value of {variable}>")
+        if message == str(exc):
+            raise
+        raise ConfigError(message) from None
 
 
-def _apply_env(raw: dict[str, Any], env: typing.Mapping[str, str]) -> None:
+def _apply_env(raw: dict[str, Any], env: typing.Mapping[str, str]) -> dict[str, str]:
+    """Apply the WORX_* overrides to ``raw``; return ``{dotted setting: variable name}``."""
+    origins: dict[str, str] = {}
     for key, value in env.items():
         if not key.startswith("WORX_") or key == "WORX_CONFIG":
             continue
         rest = key[len("WORX_") :]
-        if rest.startswith("KAFKA_CLIENT__"):
-            setting = rest[len("KAFKA_CLIENT__") :].lower().replace("_", ".")
-            raw.setdefault("kafka", {}).setdefault("client", {})[setting] = value
+        route = next((r for r in CLIENT_ROUTES if rest.startswith(r)), None)
+        if route is not None:
+            section, field = CLIENT_ROUTES[route]
+            setting = rest[len(route) :].lower().replace("_", ".")
+            raw.setdefault(section, {}).setdefault(field, {})[setting] = value
+            origins[f"{section}.{field}.{setting}"] = key
         elif "__" in rest:
             section, field = rest.lower().split("__", 1)
             raw.setdefault(section, {})[field] = value
+            origins[f"{section}.{field}"] = key
         elif rest.lower() == "data_dir":
             raw["data_dir"] = value
+            origins["data_dir"] = key
+    return origins
 
 
-def build(cls: type, raw: Any, where: str) -> Any:
-    """Instantiate dataclass ``cls`` from ``raw``, checking names and types, then ``validate()``."""
+def _origin(dotted: str, origins: typing.Mapping[str, str]) -> str:
+    return f" (from {origins[dotted]} in the environment)" if dotted in origins else ""
+
+
+def _shown(value: Any, dotted: str, hint: Any, origins: typing.Mapping[str, str]) -> str:
+    """How a refused value appears in an error: never itself where it may be a secret."""
+    if _SECRET.search(dotted) or typing.get_origin(hint) is dict or hint is dict:
+        where = f"in {origins[dotted]} in the environment" if dotted in origins else "given"
+        return f"a {type(value).__name__} {where} (value not shown: it may be a secret)"
+    return f"{value!r}{_origin(dotted, origins)}"
+
+
+def build(cls: type, raw: Any, where: str, origins: typing.Mapping[str, str] | None = None) -> Any:
+    """Instantiate dataclass ``cls`` from ``raw``, checking names and types, then ``validate()``.
+
+    ``origins`` maps a dotted setting to the environment variable it came from (errors
+    name the variable).
+    """
+    origins = origins or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"[{where or 'root'}] should be a table, got {type(raw).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = set(raw) - set(fields)
     if unknown:
+        dotted = [f"{where}.{name}" if where else name for name in sorted(unknown)]
+        variables = sorted(origins[d] for d in dotted if d in origins)
+        hint = f" (from {', '.join(variables)} in the environment)" if variables else ""
+        if where in ("kafka", "ingest") and variables:
+            hint += (
+                "; librdkafka settings go through WORX_KAFKA_CLIENT__<NAME> "
+                "or WORX_INGEST_SOURCE_CLIENT__<NAME>"
+            )
         raise ConfigError(
-            f"unknown setting(s) {sorted(unknown)} in [{where or 'root'}]; known: {sorted(fields)}"
+            f"unknown setting(s) {sorted(unknown)} in [{where or 'root'}]{hint}; "
+            f"known: {sorted(fields)}"
         )
     hints = typing.get_type_hints(cls)
     values = {}
@@ -143,9 +202,9 @@ def build(cls: type, raw: Any, where: str) -> Any:
         dotted = f"{where}.{name}" if where else name
         hint = hints[name]
         if dataclasses.is_dataclass(hint):
-            values[name] = build(hint, value, dotted)
+            values[name] = build(hint, value, dotted, origins)
         else:
-            values[name] = _coerce(value, hint, dotted)
+            values[name] = _coerce(value, hint, dotted, origins)
     obj = cls(**values)
     validate = getattr(obj, "validate", None)
     if validate is not None:
@@ -156,8 +215,11 @@ def build(cls: type, raw: Any, where: str) -> Any:
     return obj
 
 
-def _coerce(value: Any, hint: Any, where: str) -> Any:
+def _coerce(
+    value: Any, hint: Any, where: str, origins: typing.Mapping[str, str] | None = None
+) -> Any:
     """Convert TOML or environment-string values to ``hint``; raise ConfigError if impossible."""
+    origins = origins or {}
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         errors = []
@@ -165,7 +227,7 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
             if arg is type(None) and value in (None, "", "none", "None"):
                 return None
             try:
-                return _coerce(value, arg, where)
+                return _coerce(value, arg, where, origins)
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError("; ".join(errors))
@@ -207,7 +269,7 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         if isinstance(items, list | tuple):
             (item_hint, *_rest) = typing.get_args(hint) or (Any,)
             return tuple(
-                _coerce(item.strip() if isinstance(item, str) else item, item_hint, where)
+                _coerce(item.strip() if isinstance(item, str) else item, item_hint, where, origins)
                 for item in items
                 if not (isinstance(item, str) and not item.strip())
             )
@@ -216,4 +278,5 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
             return {str(k): str(v) if not isinstance(v, str) else v for k, v in value.items()}
     elif hint is Any:
         return value
-    raise ConfigError(f"{where} should be {getattr(hint, '__name__', hint)}, got {value!r}")
+    shown = _shown(value, where, hint, origins)
+    raise ConfigError(f"{where} should be {getattr(hint, '__name__', hint)}, got {shown}")

@@ -80,7 +80,9 @@ def _credentials(client: dict[str, str]) -> Any:
         ssl_context = ssl.create_default_context(cafile=client.get("ssl.ca.location"))
         if client.get("ssl.certificate.location"):
             ssl_context.load_cert_chain(
-                client["ssl.certificate.location"], client.get("ssl.key.location")
+                client["ssl.certificate.location"],
+                client.get("ssl.key.location"),
+                password=client.get("ssl.key.password"),  # an encrypted private key
             )
     if protocol == "SSL":
         return faust.SSLCredentials(ssl_context)

@@ -3,6 +3,12 @@ and stop everything on exit, on Ctrl-C and on the death of the supervisor itself
 
 Each child runs in its own process group and asks the kernel (PR_SET_PDEATHSIG) to SIGTERM
 it when the supervisor dies, so no stage is left behind even after a SIGKILL.
+
+Logs rotate by size: past ``log_max_bytes`` (checked at every start and :meth:`poll`),
+``<name>.log`` is copied to ``<name>.log.1`` (older copies shift up to ``log_keep``, the
+oldest is dropped) and truncated in place. The child keeps its descriptor, opened for
+appending, so it goes on writing at the new end (logrotate's copytruncate: a line
+written during the copy itself can be lost, never the file).
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,18 +55,26 @@ class Child:
 
 
 class Supervisor:
-    """Start, watch and stop a set of child processes; logs go to ``log_dir/<name>.log``."""
+    """Start, watch and stop a set of child processes; logs go to ``log_dir/<name>.log``
+    (rotated past ``log_max_bytes``, ``log_keep`` old copies kept)."""
 
     def __init__(
-        self, log_dir: str | os.PathLike[str], base_env: dict[str, str] | None = None
+        self,
+        log_dir: str | os.PathLike[str],
+        base_env: dict[str, str] | None = None,
+        log_max_bytes: int = 20 << 20,
+        log_keep: int = 3,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.base_env = dict(os.environ if base_env is None else base_env)
+        self.log_max_bytes = log_max_bytes
+        self.log_keep = log_keep
         self.children: dict[str, Child] = {}
 
     def start(self, spec: ChildSpec) -> Child:
         log_path = self.log_dir / f"{spec.name}.log"
+        rotate_log(log_path, self.log_max_bytes, self.log_keep)
         env = {**self.base_env, **spec.env, "PYTHONUNBUFFERED": "1"}
         with open(log_path, "ab") as out:
             process = subprocess.Popen(
@@ -80,6 +95,7 @@ class Supervisor:
         """Restart crashed children that may be restarted; return names that ended for good."""
         ended = []
         for name, child in list(self.children.items()):
+            rotate_log(child.log_path, self.log_max_bytes, self.log_keep)
             code = child.process.poll()
             if code is None:
                 continue
@@ -141,6 +157,24 @@ class Supervisor:
 
     def __exit__(self, *exc: object) -> None:
         self.stop_all()
+
+
+def rotate_log(path: Path, max_bytes: int, keep: int) -> bool:
+    """Copy-truncate ``path`` if it is larger than ``max_bytes``; True if it rotated."""
+    try:
+        if path.stat().st_size <= max_bytes:
+            return False
+        for index in range(keep - 1, 0, -1):
+            older = path.with_name(f"{path.name}.{index}")
+            if older.exists():
+                os.replace(older, path.with_name(f"{path.name}.{index + 1}"))
+        if keep > 0:
+            shutil.copyfile(path, path.with_name(f"{path.name}.1"))
+        os.truncate(path, 0)
+    except OSError as exc:
+        log.warning("could not rotate %s: %s", path, exc)
+        return False
+    return True
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

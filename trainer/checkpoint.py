@@ -3,14 +3,16 @@
 Layout of a job directory::
 
     <jobs_dir>/<job_id>/
-        ckpt-00000040/expert.safetensors   trainable tensors
-        ckpt-00000040/optim.safetensors    optimizer state tensors
-        ckpt-00000040/state.json           step, data position, RNG, optimizer skeleton, history
-        latest.json                        {"name": "ckpt-00000040"}  (the last complete one)
-        outcome.json                       written once the job ended (finished/failed/...)
+        ckpt-00000040-<rand>/expert.safetensors   trainable tensors
+        ckpt-00000040-<rand>/optim.safetensors    optimizer state tensors
+        ckpt-00000040-<rand>/state.json           step, data position, RNG, optimizer skeleton
+        latest.json                               {"name": "ckpt-00000040-<rand>", "step": 40}
+        outcome.json                              written once the job ended
 
-A checkpoint directory is written under a temporary name, fsynced and renamed; ``latest.json``
-is replaced atomically after it, so a kill at any moment leaves the previous checkpoint usable.
+A checkpoint directory is written under a temporary name, fsynced and renamed to a name of
+its own (a step saved twice, after a resume, gets a second directory); ``latest.json`` is
+replaced atomically after it; only then are older checkpoints removed. So a kill at any
+moment leaves the checkpoint ``latest.json`` names in place.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,7 @@ from worx.atomic import atomic_write_json, fsync_dir
 log = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 1
+_NAME = re.compile(r"^ckpt-(\d{8})(?:-[0-9a-f]+)?$")
 
 
 @dataclass
@@ -55,7 +60,7 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint ``step`` atomically and point ``latest.json`` at it; keep ``keep``."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    name = f"ckpt-{step:08d}"
+    name = f"ckpt-{step:08d}-{uuid.uuid4().hex[:8]}"
     final = job_dir / name
     tmp = job_dir / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -84,13 +89,23 @@ def save_checkpoint(
         with open(file, "rb") as handle:
             os.fsync(handle.fileno())
     fsync_dir(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    os.replace(tmp, final)  # a new name: nothing the pointer names is touched
     fsync_dir(job_dir)
     atomic_write_json(job_dir / "latest.json", {"name": name, "step": step})
-    for old in sorted(job_dir.glob("ckpt-*"))[:-keep]:
+    for old in _older_than_the_newest(job_dir, name, keep):
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _older_than_the_newest(job_dir: Path, current: str, keep: int) -> list[Path]:
+    """Checkpoint directories beyond the newest ``keep`` (``current`` counts as newest)."""
+    found = []
+    for path in job_dir.glob("ckpt-*"):
+        match = _NAME.match(path.name)
+        if match and path.name != current:
+            found.append((int(match.group(1)), path.stat().st_mtime, path))
+    found.sort(key=lambda item: (item[0], item[1]), reverse=True)
+    return [path for _, _, path in found[max(keep - 1, 0) :]]
 
 
 def load_latest(job_dir: Path) -> Checkpoint | None:

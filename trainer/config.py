@@ -47,6 +47,8 @@ class TrainerConfig:
     jobs_dir: str = ""  # job checkpoints; empty: <data_dir>/trainer/jobs
     store_dir: str = ""  # expert store root; empty: <data_dir>/experts
     checkpoint_every: int = 20  # steps between checkpoints
+    ended_jobs_keep: int = 1000  # ended jobs' directories kept (newest first); 0: no limit
+    ended_jobs_max_age_days: float = 30.0  # older ended jobs' directories removed; 0: never
     status_every: int = 10  # steps between "step" events on worx.train.status
     fetch_timeout_s: float = 15.0  # wait this long for a job's referenced offsets
     group_id: str = "worx-trainer"  # consumer group on worx.train
@@ -70,6 +72,11 @@ class TrainerConfig:
                 raise ValueError(f"trainer.{name} must be >= 1")
         if self.seq_len < 2:
             raise ValueError("trainer.seq_len must be >= 2")
+        if self.ended_jobs_keep < 0 or self.ended_jobs_max_age_days < 0:
+            raise ValueError(
+                "trainer.ended_jobs_keep and trainer.ended_jobs_max_age_days must be >= 0 "
+                "(0: no limit)"
+            )
         if self.schedule not in ("cosine", "constant"):
             raise ValueError(f"trainer.schedule {self.schedule!r}: use 'cosine' or 'constant'")
         if self.optimizer not in ("adamw8bit", "adamw"):

@@ -42,6 +42,7 @@ from trainer.checkpoint import clear_checkpoints
 from trainer.config import TrainerConfig
 from trainer.expert_setup import prepare_trunk
 from trainer.fetch import JobDataError, JobDocs
+from trainer.job_retention import prune_ended_jobs
 from trainer.recipes.expert import TrainingFailed, TrainingInterrupted, train_expert
 from trainer.records import TrainStatus
 from worx.atomic import atomic_write_json
@@ -103,6 +104,7 @@ class JobRunner:
         self.fatal: tuple[type[BaseException], ...] = (OSError, *broker_errors)
         self.outcomes: list[tuple[str, str]] = []  # (job_id, state) handled by this process
         prepare_trunk(trunk, config, cache_dir=self.jobs_dir.parent / "trunk-cache")
+        self._prune_ended_jobs()
 
     def handle_message(self, message: Message, stop: threading.Event) -> str:
         """Decode one ``worx.train`` message and handle the job; returns the job's state."""
@@ -333,9 +335,13 @@ class JobRunner:
     def _flush(self) -> None:
         self.sink.flush()
 
-    @staticmethod
-    def _record(job_dir: Path, outcome: dict[str, Any]) -> None:
+    def _record(self, job_dir: Path, outcome: dict[str, Any]) -> None:
         atomic_write_json(job_dir / OUTCOME, {**outcome, "recorded_ms": _now_ms()})
+        self._prune_ended_jobs()
+
+    def _prune_ended_jobs(self) -> None:
+        days = self.config.ended_jobs_max_age_days
+        prune_ended_jobs(self.jobs_dir, self.config.ended_jobs_keep, days * 86400)
 
     @staticmethod
     def _read_outcome(job_dir: Path) -> dict[str, Any] | None:
