@@ -57,7 +57,7 @@ class DiscoverStage:
     def __init__(self, config: RouterConfig | None = None, embedder: Embedder | None = None):
         self.config = config or RouterConfig()
         self.embedder = embedder or default_embedder(self.config)
-        self.table = DomainTable()
+        self.table = DomainTable(dim=self.embedder.dim)  # (another dimension: refused)
         self.clusterer = NoveltyClusterer(
             dim=self.embedder.dim,
             capacity=self.config.buffer_docs,
@@ -389,7 +389,7 @@ class DiscoverStage:
         self.seen = int(state["seen"])
         self.since_cluster = int(state["since_cluster"])
         self.window_start = int(state["window_start"])
-        self.table = DomainTable()
+        self.table = DomainTable(dim=self.embedder.dim)  # (another dimension: refused)
         for body in state["table"]:
             self.table.apply(DomainRecord.from_dict(body))
         self.domains = {}

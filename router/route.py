@@ -45,8 +45,9 @@ class RouteStage:
         embedder: Embedder | None = None,
     ) -> None:
         self.config = config or RouterConfig()
-        self.table = table if table is not None else DomainTable()
         self.embedder = embedder or default_embedder(self.config)
+        # a row of another embedder's dimension is refused, even as the first row
+        self.table = table if table is not None else DomainTable(dim=self.embedder.dim)
         self.routed = 0
         self.novel = 0
 
