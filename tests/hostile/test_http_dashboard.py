@@ -16,6 +16,7 @@ from monitor.figures import build_state
 from monitor.history import MatrixHistory
 from monitor.server import DashboardServer
 from tests.hostile.http_raw import Answer, exchange, flood, request
+from tests.monitor.test_dashboard import CHROMIUM, FLAGS
 from worx.web import HttpLimits
 
 TOKEN = "dash-token-91c2"
@@ -199,3 +200,26 @@ def test_malformed_requests_get_400_and_the_dashboard_keeps_answering(dashboard)
         assert answer.status in (400, 431) and answer.closed
     state = get(dashboard, "/api/state", **AUTH)
     assert state.status == 200 and set(json.loads(state.body)["runs"]) == {"ours", "dense_baseline"}
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+def test_the_page_sends_the_token_from_its_url_fragment(dashboard) -> None:
+    """In a real browser: /#token=... renders the dashboard (its polls carry the token),
+    and the token leaves the address bar; without it the page says what it needs."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
+    base = f"http://127.0.0.1:{port(dashboard)}/"
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(base + "#token=" + TOKEN)
+            page.wait_for_selector("body[data-rendered]", timeout=15_000)
+            assert TOKEN not in page.url
+            bare = browser.new_page()  # a fresh tab: no token kept
+            bare.goto(base)
+            bare.wait_for_function(
+                "document.getElementById('updated').textContent.includes('token')",
+                timeout=15_000,
+            )
+        finally:
+            browser.close()
