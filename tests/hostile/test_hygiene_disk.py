@@ -15,12 +15,11 @@ import torch
 import trainer.checkpoint as checkpoint
 from experts.expert import Expert, ExpertConfig
 from experts.store import ExpertStore
-from experts.testing import build_tiny_trunk
 from experts.trunk import load_trunk
 from monitor.evaluator import Evaluator
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory
-from tests.experts.conftest import randomize
+from tests.experts.conftest import randomize, trunk_dirs  # noqa: F401 - a shared fixture
 from topology.supervisor import ChildSpec, Supervisor, rotate_log
 from trainer.config import TrainerConfig
 from trainer.job_retention import prune_ended_jobs
@@ -102,8 +101,11 @@ def test_ended_job_directories_are_kept_by_count_and_age(tmp_path: Path) -> None
         TrainerConfig(ended_jobs_keep=-1).validate()
 
 
-def test_the_evaluator_holds_experts_only_through_the_store_budget(tmp_path: Path) -> None:
-    trunk = load_trunk(build_tiny_trunk(tmp_path / "trunk", family="gpt2", layers=2, width=32))
+def test_the_evaluator_holds_experts_only_through_the_store_budget(
+    trunk_dirs,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    trunk = load_trunk(trunk_dirs["gpt2"])
     writer = ExpertStore(tmp_path / "store", trunk.fingerprint)
     ids = [f"e{i}" for i in range(4)]
     sizes = []

@@ -18,10 +18,9 @@ from experts.expert import Expert, ExpertConfig
 from experts.records import ExpertRegistration
 from experts.serving import ExpertServer
 from experts.store import MANIFEST, WEIGHTS, ExpertRefused, ExpertStore
-from experts.testing import build_tiny_trunk
 from experts.trunk import load_trunk
 from router.gate import Gate
-from tests.experts.conftest import randomize
+from tests.experts.conftest import randomize, trunk_dirs  # noqa: F401 - a shared fixture
 
 FP = "f" * 64
 CENTROID = [0.6, 0.8]
@@ -36,12 +35,11 @@ class _NoEmbedder:
         raise AssertionError("not used")
 
 
-def test_a_reader_of_another_trunk_leaves_a_shared_store_in_place(tmp_path: Path) -> None:
-    trunks = [
-        load_trunk(build_tiny_trunk(tmp_path / f"t{s}", family="gpt2", layers=2, width=32, seed=s))
-        for s in (0, 1)
-    ]
-    right, wrong = trunks
+def test_a_reader_of_another_trunk_leaves_a_shared_store_in_place(
+    trunk_dirs,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    right, wrong = (load_trunk(trunk_dirs[family]) for family in ("gpt2", "llama"))
     assert right.fingerprint != wrong.fingerprint
     root = tmp_path / "store"
     owner = ExpertStore(root, right.fingerprint)
@@ -167,8 +165,11 @@ def test_hostile_manifests_are_bad_manifest_and_quarantined(tmp_path: Path) -> N
     assert store.ids() == []
 
 
-def test_a_forged_registration_never_fails_the_server(tmp_path: Path) -> None:
-    trunk = load_trunk(build_tiny_trunk(tmp_path / "t", family="gpt2", layers=2, width=32))
+def test_a_forged_registration_never_fails_the_server(
+    trunk_dirs,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    trunk = load_trunk(trunk_dirs["gpt2"])
     store = ExpertStore(tmp_path / "store", trunk.fingerprint)
     server = ExpertServer(trunk, store, _NoEmbedder(), Gate())
     _forge(store, "nested", HOSTILE_WEIGHTS["deep_nesting"])
