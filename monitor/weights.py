@@ -19,6 +19,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from experts.store import check_safetensors_header
 from worx.ids import validate_id
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,10 @@ def hash_safetensors(prefix: str, path: str | Path) -> dict[str, str]:
 
     Raises
     ------
-    OSError, safetensors.SafetensorError
-        The file is missing or its header is corrupt.
+    OSError, ValueError, safetensors.SafetensorError
+        The file is missing or its header is corrupt or too long.
     """
+    check_safetensors_header(path)  # a header over 1 MiB is refused before it is parsed
     out: dict[str, str] = {}
     with safe_open(str(path), framework="pt") as handle:
         for name in handle.keys():  # noqa: SIM118 - safe_open is not a dict

@@ -180,3 +180,12 @@ def test_a_forged_registration_never_fails_the_server(
     assert outcome.status == "refused" and outcome.refusal["reason"] == "corrupt"
     assert "RecursionError" in outcome.refusal["detail"]
     assert store.ids() == [] and list(server.table) == []
+
+
+def test_the_monitor_never_hands_a_huge_header_to_safetensors(tmp_path: Path) -> None:
+    from monitor.weights import hash_safetensors
+
+    path = tmp_path / WEIGHTS
+    path.write_bytes(_safetensors(b"{" + b" " * (4 << 20) + b"}"))
+    with pytest.raises(ValueError, match="at most 1048576 bytes of header"):
+        hash_safetensors("file/x", path)
