@@ -82,6 +82,9 @@ class ServeConfig:
     workers: int = 2  # requests scored at once (torch work runs off the event loop)
     queue: int = 16  # requests waiting for a worker; beyond it: 503 with Retry-After
     chars_per_token: int = 32  # text past max_tokens x this is cut before it is tokenised
+    # names the API is reached by besides loopback and experts.serve_host (a Host header
+    # naming anything else is refused: DNS rebinding), e.g. "serve" for other containers
+    allowed_hosts: tuple[str, ...] = ()
 
     def validate(self) -> None:
         if self.max_body_bytes < 1024:

@@ -9,7 +9,8 @@ Routes (JSON in, JSON out):
   (and the domain the gate gave the text)
 * ``POST /generate`` ``{"text", "max_new_tokens"?, "experts"?}``  greedy continuation
 
-Every error answers ``{"error": reason}``: 400 a bad request (bad JSON, NaN/Infinity, a
+Every error answers ``{"error": reason}``: 421 a Host header that names another server
+(DNS rebinding; see ``allowed_hosts``), 400 a bad request (bad JSON, NaN/Infinity, a
 weight that is not a finite number in [0, 1000]), 401 a missing or wrong token (when
 ``api_token`` is set; ``/health`` then answers only its status and followers without
 one), 404 an unknown route or expert (dot segments and encoded slashes name nothing), 408
@@ -43,6 +44,7 @@ from worx.web import (
     bearer_token,
     dumps,
     follower_health,
+    host_check,
     json_errors,
     read_json,
     refuse_path_tricks,
@@ -62,6 +64,8 @@ class ServeAPI:
     chars_per_token : a generous bound of characters per token: a text is cut to
         ``expert_server.max_tokens * chars_per_token`` characters before tokenisation.
     followers : table followers the server depends on (``topic``, ``alive``, ``error``).
+    allowed_hosts : Host header names accepted besides loopback and the bind address
+        (any other: 421, against DNS rebinding).
     """
 
     def __init__(
@@ -74,8 +78,10 @@ class ServeAPI:
         queue: int = 16,
         chars_per_token: int = 32,
         followers: Sequence[Any] = (),
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
         self.server = expert_server
+        self.allowed_hosts = tuple(allowed_hosts)
         self.api_token = api_token
         self.limits = limits or HttpLimits()
         self.capacity = workers + queue
@@ -85,12 +91,13 @@ class ServeAPI:
         self.busy_refusals = 0
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix="score")
 
-    def app(self) -> web.Application:
+    def app(self, bind_host: str = "127.0.0.1") -> web.Application:
         app = web.Application(
             client_max_size=self.limits.max_body_bytes,
             middlewares=[
                 json_errors,
                 refuse_path_tricks,
+                host_check(bind_host, self.allowed_hosts),
                 bearer_token(self.api_token, ["/health"]),
             ],
         )
@@ -206,7 +213,7 @@ def make_http_server(
     """A server (call ``start()``) answering from ``expert_server``; ``options`` go to
     :class:`ServeAPI` (``api_token``, ``limits``, ``workers``, ``queue``, ...)."""
     api = ServeAPI(expert_server, **options)
-    return BackgroundServer(api.app(), host, port, api.limits, name="serve-http")
+    return BackgroundServer(api.app(host), host, port, api.limits, name="serve-http")
 
 
 def options_from_config(serve: Any) -> dict[str, Any]:
@@ -221,4 +228,5 @@ def options_from_config(serve: Any) -> dict[str, Any]:
         "workers": serve.workers,
         "queue": serve.queue,
         "chars_per_token": serve.chars_per_token,
+        "allowed_hosts": serve.allowed_hosts,
     }

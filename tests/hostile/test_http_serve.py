@@ -66,6 +66,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
         workers=1,
         queue=4,
         followers=followers,
+        allowed_hosts=("serve",),
     ).start()
     try:
         yield Served(httpd.server_address[1], server, followers)
@@ -262,6 +263,20 @@ def test_unknown_experts_are_404_or_400_and_never_served(served) -> None:
 def test_path_tricks_name_nothing(served, path: str) -> None:
     answer = exchange(served.port, request("GET", path, headers=AUTH), timeout_s=BOUND_S)
     assert_short_reason(answer, 404)
+
+
+def test_a_host_header_naming_another_site_is_421(served) -> None:
+    body = json.dumps({"text": CODE}).encode()
+    for host in ("evil.example", f"evil.example:{served.port}", "127.0.0.1.evil.example"):
+        data = request(
+            "POST", "/score", body, {**AUTH, **{"Content-Type": "application/json"}}, host
+        )
+        assert "Host" in assert_short_reason(exchange(served.port, data, timeout_s=BOUND_S), 421)
+    for host in (f"localhost:{served.port}", f"[::1]:{served.port}", f"serve:{served.port}"):
+        answer = exchange(
+            served.port, request("GET", "/experts", b"", AUTH, host), timeout_s=BOUND_S
+        )
+        assert answer.status == 200, host
 
 
 def test_wrong_methods_are_405(served) -> None:
