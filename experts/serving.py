@@ -189,7 +189,7 @@ class ExpertServer:
             raise ExpertRefused("unsafe_id", str(expert_id), str(exc)) from exc
         if registration.trunk_fingerprint != self.trunk.fingerprint:
             if expert_id in self.store:
-                self.store.manifest(expert_id)  # a stored foreign expert: refused, quarantined
+                self.store.manifest(expert_id)  # a stored foreign expert: skipped, left in place
             raise ExpertRefused(
                 "wrong_trunk",
                 expert_id,

@@ -31,7 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     verify.add_argument("--trunk", help="also check every expert was built on this trunk")
     verify.add_argument(
-        "--quarantine", action="store_true", help="move refused experts to .quarantine/"
+        "--quarantine",
+        action="store_true",
+        help="move experts that fail integrity checks to .quarantine/ (another trunk's or a "
+        "newer schema's are only reported, never moved)",
     )
     verify.set_defaults(func=run_verify)
     quarantined = actions.add_parser("quarantined", help="the quarantined entries and why")
