@@ -131,3 +131,57 @@ def test_the_evaluator_holds_experts_only_through_the_store_budget(
     alive = {id(ref()) for ref in loaded if ref() is not None}
     assert len(alive) == 1  # ...but only what the store's budget holds is in memory
     assert evaluator.loaded["e0"] is not None  # an evicted one loads again when used
+
+
+class _Kept:
+    """A sink that keeps what it is sent (the worker's records are not under test here)."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def send(self, topic, key, record) -> None:
+        self.sent.append((topic, record))
+
+    def flush(self) -> None:
+        pass
+
+
+def test_the_trainer_prunes_ended_jobs_at_start_and_after_each_job(
+    trunk_dirs,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    from router.records import TrainJob
+    from trainer.fetch import JobDataError
+    from trainer.worker import JobRunner
+
+    jobs = tmp_path / "jobs"
+    for i in range(3):
+        (jobs / f"old-{i}").mkdir(parents=True)
+        (jobs / f"old-{i}" / "outcome.json").write_text("{}")
+        os.utime(jobs / f"old-{i}" / "outcome.json", (1e9 + i, 1e9 + i))  # old-2 newest
+    trunk = load_trunk(trunk_dirs["gpt2"])
+    config = TrainerConfig(ended_jobs_keep=2, ended_jobs_max_age_days=0, progress=False)
+
+    def no_documents(job):
+        raise JobDataError("missing_offsets", "the job's offsets are gone")
+
+    runner = JobRunner(
+        trunk,
+        ExpertStore(tmp_path / "store", trunk.fingerprint),
+        config,
+        jobs,
+        _Kept(),
+        no_documents,
+    )
+    assert sorted(p.name for p in jobs.iterdir()) == ["old-1", "old-2"]
+    job = TrainJob(
+        job_id="new-job",
+        domain_id="d",
+        reason="new_domain",
+        train_doc_ids=["a"],
+        heldout_doc_ids=["b"],
+        centroid=[1.0, 0.0],
+        refs=[{"topic": "worx.docs", "partition": 0, "start": 0, "end": 2}],
+    )
+    assert runner.handle(job) == "failed"
+    assert sorted(p.name for p in jobs.iterdir() if p.is_dir()) == ["new-job", "old-2"]
