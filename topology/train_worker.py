@@ -46,6 +46,7 @@ class TrainWorker:
     config : the ``[trainer]`` section.
     jobs_dir : job checkpoints and outcomes (``<jobs_dir>/<job_id>/``).
     session_timeout_ms : consumer group session timeout.
+    embed_dim : the router's embedding dimension, if known: a job's centroid must have it.
     """
 
     def __init__(
@@ -57,8 +58,10 @@ class TrainWorker:
         config: TrainerConfig,
         jobs_dir: Path,
         session_timeout_ms: int = 10_000,
+        embed_dim: int | None = None,
     ) -> None:
         self.conf = conf
+        self.embed_dim = embed_dim
         self.topics = topics
         self.config = config
         self.session_timeout_ms = session_timeout_ms
@@ -89,6 +92,8 @@ class TrainWorker:
         try:
             job = TrainJob.from_json(message.value or b"", strict=False)
             job.check_docs_topic(self.topics.docs)  # a job reads only this deployment's docs
+            if self.embed_dim is not None:
+                job.check_dim(self.embed_dim)
         except RecordError as exc:
             self.publisher.send("dlq", None, dead_letter(message, exc.reason, str(exc), "trainer"))
             self.publisher.flush()
