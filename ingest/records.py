@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from worx.checks import check_doc_id, check_id, check_name, check_range
-from worx.records import Record, RecordError
+from worx.checks import check_doc_id, check_id, check_name, check_range, check_text
+from worx.records import Record
 
 try:  # optional: a faster JSON codec for the ingest hot path
     import orjson
@@ -34,8 +34,7 @@ class Doc(Record):
 
     def check(self) -> Doc:
         check_doc_id("doc_id", self.doc_id)
-        if not self.text or self.text.isspace():
-            raise RecordError("Doc.text is empty or whitespace only", reason="empty_text")
+        check_text("text", self.text)
         check_name("source", self.source, max_chars=4096, printable=False)
         check_id("label", self.label, optional=True)
         check_range("part", self.part, 0)

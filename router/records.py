@@ -14,6 +14,7 @@ from worx.checks import (
     check_ids,
     check_name,
     check_range,
+    check_text,
     check_topic,
     check_unit_vector,
 )
@@ -54,6 +55,8 @@ class RoutedDoc(Record):
         check_topic("docs_topic", self.docs_topic)
         check_range("docs_partition", self.docs_partition, 0)
         check_range("docs_offset", self.docs_offset, 0)
+        if self.text:  # carried for novel and uncertain documents only
+            check_text("text", self.text)
         check_id("label", self.label, optional=True)
         check_range("domain_version", self.domain_version, 0)
         check_range("doc_created_ms", self.doc_created_ms, 0)

@@ -57,6 +57,20 @@ def check_doc_ids(where: str, values: Iterable[Any]) -> None:
         check_doc_id(where, value)
 
 
+def check_text(where: str, value: str) -> None:
+    """A text to embed or train on: non-empty and valid Unicode (JSON lets a lone
+    surrogate through, which tokenizers and UTF-8 writers refuse)."""
+    if not value or value.isspace():
+        raise RecordError(f"{where} is empty or whitespace only", reason="empty_text")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RecordError(
+                f"{where} is not valid Unicode ({exc.reason})", reason="invalid_unicode"
+            ) from exc
+
+
 def check_name(
     where: str,
     value: Any,

@@ -106,7 +106,8 @@ class Record:
             hints = _hints(type(self))
             for field_name in _fields(type(self)):
                 check_value(getattr(self, field_name), hints[field_name], f"{name}.{field_name}")
-            return self.check()
+            self.check()
+            return self
         except RecordError:
             raise
         except Exception as exc:
@@ -122,8 +123,12 @@ class Record:
         try:
             text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except ValueError:  # JSON has no NaN/Infinity: written as null, refused where typed
-            text = json.dumps(_finite_or_none(body), ensure_ascii=False, separators=(",", ":"))
-        return text.encode()
+            body = _finite_or_none(body)
+            text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+        try:
+            return text.encode()
+        except UnicodeEncodeError:  # a lone surrogate (JSON lets one in): ASCII escapes
+            return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
 
     @classmethod
     def from_dict(cls, body: Any, *, strict: bool = True) -> Self:
@@ -202,7 +207,9 @@ class Record:
             value = body[field_name]
             check_value(value, hints[field_name], f"{name}.{field_name}")
             values[field_name] = value
-        return cls(**values).check()
+        record = cls(**values)
+        record.check()
+        return record
 
 
 @functools.cache
@@ -299,8 +306,7 @@ def check_value(value: Any, hint: Any, where: str) -> None:
     elif hint is str:
         if not isinstance(value, str):
             raise _wrong(where, hint, value)
-        if len(value) > MAX_STRING_CHARS:
-            raise RecordError(f"{where}: {len(value)} characters is too long", reason="too_large")
+        _check_string(value, where)
     elif hint in (list, tuple) or origin in (list, tuple):
         if not isinstance(value, list | tuple):
             raise _wrong(where, hint, value)
@@ -335,6 +341,11 @@ def _check_number(value: Any, where: str, hint: Any) -> None:
         raise RecordError(f"{where}: the integer does not fit 64 bits", reason="out_of_range")
 
 
+def _check_string(value: str, where: str) -> None:
+    if len(value) > MAX_STRING_CHARS:
+        raise RecordError(f"{where}: {len(value)} characters is too long", reason="too_large")
+
+
 def _check_size(value: Any, where: str) -> None:
     if len(value) > MAX_ITEMS:
         raise RecordError(f"{where}: {len(value)} items is over {MAX_ITEMS}", reason="too_large")
@@ -352,11 +363,15 @@ def _check_free_form(value: Any, where: str) -> None:
         if isinstance(item, dict | list | tuple):
             if depth >= MAX_DEPTH:
                 raise RecordError(f"{where}: nested deeper than {MAX_DEPTH}", reason="too_deep")
+            if isinstance(item, dict):
+                for key in item:
+                    if not isinstance(key, str):
+                        raise _wrong(where, str, key)
+                    _check_string(key, where)
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
         elif isinstance(item, str):
-            if len(item) > MAX_STRING_CHARS:
-                raise RecordError(f"{where}: a string is too long", reason="too_large")
+            _check_string(item, where)
         elif isinstance(item, int | float) and not isinstance(item, bool):
             _check_number(item, where, float)
         elif item is not None and not isinstance(item, bool):

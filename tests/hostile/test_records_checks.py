@@ -11,6 +11,7 @@ import pytest
 from experts.expert import Expert, ExpertConfig
 from experts.records import ExpertRegistration
 from experts.store import ExpertStore
+from ingest.records import DeadLetter
 from monitor.evaluator import check_stored
 from monitor.weights import expert_weight_file
 from router.records import DocRef, DomainRecord, TrainJob
@@ -150,3 +151,23 @@ def test_the_weight_file_of_an_unsafe_id_is_never_a_path(tmp_path: Path) -> None
     for bad in ("../e1", "/etc", "e1\n", ""):
         with pytest.raises(UnsafeIdError):
             expert_weight_file(tmp_path, bad)
+
+
+def test_a_lone_surrogate_is_refused_in_text_and_reencoded_elsewhere() -> None:
+    from ingest.records import Doc
+    from router.records import RoutedDoc
+
+    for cls, raw in (
+        (Doc, b'{"doc_id":"a","text":"x\\ud800y","schema_version":1}'),
+        (
+            RoutedDoc,
+            RoutedDoc("a", None, 0.0, "t", 0, 0, "ab").to_json().replace(b"ab", b"\\udfff"),
+        ),
+    ):
+        with pytest.raises(RecordError) as info:
+            cls.from_json(raw, strict=False)
+        assert info.value.reason == "invalid_unicode"
+    doc = Doc.from_json(b'{"doc_id":"a","text":"ok","meta":{"k":"\\udc00"},"schema_version":1}')
+    assert Doc.from_json(doc.to_json()) == doc  # written on as a JSON escape, not a crash
+    letter = DeadLetter("stage_error", "bad \udc00 text", "", "t")
+    assert DeadLetter.from_json(letter.to_json()) == letter
