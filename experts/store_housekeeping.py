@@ -6,7 +6,8 @@ writer's process ends, however it ends (SIGKILL included), and NFS carries such 
 between machines, so "the lock can be taken" means "the writer is gone": such a directory
 is removed. A ``.tmp-*`` directory with no lock file (an older build's, or a foreign one)
 is removed only once nothing in it has changed for ``grace_s``. A directory whose lock is
-held is never touched, however old.
+held is never touched, however old, nor one this process is writing (on NFS, Linux
+emulates ``flock`` with POSIX locks, which a process does not see against itself).
 
 The quarantine keeps at most ``keep`` entries and none older than ``max_age_s`` (0: no
 limit); the newest are kept.
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 TMP_PREFIX = ".tmp-"
 _TMP_DIR = re.compile(r"^\.tmp-([0-9a-f]{12})-")
 _TMP_LOCK = re.compile(r"^\.tmp-([0-9a-f]{12})\.lock$")
+_WRITING: set[str] = set()  # lock files held by writers of this process
 
 
 class WriterLock:
@@ -42,6 +44,7 @@ class WriterLock:
         self._fd: int | None = None
 
     def __enter__(self) -> Path:
+        _WRITING.add(os.path.realpath(self.lock_path))
         self._fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         return self.tmp
@@ -51,10 +54,13 @@ class WriterLock:
         if self._fd is not None:
             os.close(self._fd)  # releases the lock
             self._fd = None
+        _WRITING.discard(os.path.realpath(self.lock_path))
 
 
 def _writer_gone(lock_path: Path) -> bool | None:
     """True if the lock can be taken (its writer ended), False if held, None if no file."""
+    if os.path.realpath(lock_path) in _WRITING:
+        return False
     try:
         fd = os.open(lock_path, os.O_RDONLY)
     except FileNotFoundError:
