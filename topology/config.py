@@ -16,9 +16,9 @@ Environment: ``WORX_<SECTION>__<FIELD>=value`` overrides a field (``WORX_INGEST_
 ``sasl.password`` of the source cluster (``ingest.source_client``, `worx connect`) the same
 way. ``WORX_CONFIG`` names the file (default ``./worx.toml``).
 
-A refused setting is named, never echoed when its name looks secret (password, token,
-secret, key, sasl, credential) or it holds client settings; a value from the environment
-is named by its variable.
+A refused setting is named, never echoed when its name looks secret (password, secret,
+sasl, credential, or ending in token or key) or it holds client settings; a value from
+the environment is named by its variable.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ CLIENT_ROUTES = {
     "KAFKA_CLIENT__": ("kafka", "client"),
     "INGEST_SOURCE_CLIENT__": ("ingest", "source_client"),
 }
-_SECRET = re.compile(r"passw|token|secret|key|sasl|credential", re.IGNORECASE)
+# a setting whose name says it holds a secret (not ``max_tokens``: a count of tokens)
+_SECRET = re.compile(r"passw|secret|sasl|credential|(^|[._])(api_)?(token|key)$", re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)

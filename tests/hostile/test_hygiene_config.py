@@ -49,6 +49,9 @@ def test_an_ordinary_bad_value_is_still_quoted_with_its_variable(tmp_path: Path)
     with pytest.raises(ConfigError) as refused:
         load_config(_empty(tmp_path), env={"WORX_INGEST__MAX_DOC_CHARS": "lots"})
     assert "'lots'" in str(refused.value) and "WORX_INGEST__MAX_DOC_CHARS" in str(refused.value)
+    with pytest.raises(ConfigError) as refused:  # a count of tokens is no secret
+        load_config(_empty(tmp_path), env={"WORX_EXPERTS__MAX_TOKENS": "many"})
+    assert "'many'" in str(refused.value)
 
 
 def test_the_source_cluster_credentials_come_from_the_environment(tmp_path: Path) -> None:
