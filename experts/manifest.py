@@ -94,7 +94,9 @@ class Manifest(Record):
         if len(raw) > MAX_MANIFEST_BYTES:
             raise ManifestError(f"manifest has {len(raw)} bytes, more than {MAX_MANIFEST_BYTES}")
         try:
-            body = json.loads(raw)
+            # NaN/Infinity as null: older writers put Infinity in a summary (a typed number
+            # that is null is still refused)
+            body = json.loads(raw, parse_constant=lambda _: None)
         except (ValueError, RecursionError) as exc:  # JSON and Unicode errors are ValueErrors
             raise ManifestError(f"manifest is not JSON ({type(exc).__name__}: {exc})") from exc
         version = body.get("schema_version") if isinstance(body, dict) else None
