@@ -114,7 +114,10 @@ class Record:
             raise RecordError(f"{name}: invalid ({type(exc).__name__}: {str(exc)[:200]})") from exc
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON object of the record; a non-finite float is None (JSON has no NaN)."""
         body = dataclasses.asdict(self)
+        if _has_non_finite(body):
+            body = _finite_or_none(body)
         body["schema_version"] = self.SCHEMA_VERSION
         return body
 
@@ -251,6 +254,20 @@ def _refuse_constant(literal: str) -> Any:
     raise RecordError(
         f"{literal} is not a finite number (JSON has no {literal})", reason="not_finite"
     )
+
+
+def _has_non_finite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 def _finite_or_none(value: Any) -> Any:

@@ -4,6 +4,7 @@ letter decode back to themselves under the checks (and through the domain table)
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -57,6 +58,13 @@ def test_a_stored_experts_registration_a_status_and_a_dead_letter_round_trip(
     centroid = [round(1 / math.sqrt(3), 7)] * 3
     summary = {"heldout_ppl_after": 12.5, "evals": [[0, math.inf], [5, 12.5]], "note": None}
     manifest = store.put("legal-e1", expert, "legal", centroid, summary=summary, job_id="job-1")
+    assert store.manifest("legal-e1").summary["evals"][0] == [0, None]  # null on disk
+    written = tmp_path / "store" / "legal-e1" / "manifest.json"  # as older writers left it
+    body = json.loads(written.read_text())
+    body["summary"]["evals"][0][1] = math.inf
+    written.write_text(json.dumps(body))  # Python's json writes Infinity
+    assert "Infinity" in written.read_text()
+    assert ExpertStore(tmp_path / "store", "f" * 64).manifest("legal-e1").sha256 == manifest.sha256
     registration = manifest.registration()
     back = type(registration).from_json(registration.to_json(), strict=False)
     assert back.sha256 == manifest.sha256 and back.summary["evals"][0] == [0, None]
