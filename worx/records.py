@@ -46,6 +46,7 @@ import dataclasses
 import functools
 import json
 import math
+import sys
 import types
 import typing
 from typing import Any, ClassVar, Self
@@ -239,7 +240,7 @@ def _refuse_other_record_type(cls: type[Record], body: dict) -> None:
     type's own fields, is that record: e.g. a ``RoutedDoc`` offered as a ``Doc``."""
     own = set(_fields(cls))
     for other in _RECORD_TYPES:
-        if other is cls or issubclass(cls, other):
+        if other is cls or issubclass(cls, other) or not _is_module_level(other):
             continue
         required = _required(other)
         if required - own and required <= body.keys():
@@ -248,6 +249,11 @@ def _refuse_other_record_type(cls: type[Record], body: dict) -> None:
                 f"{other.__name__} requires); is the producer writing to the wrong topic?",
                 reason="wrong_record_type",
             )
+
+
+def _is_module_level(cls: type) -> bool:
+    """A record type its module defines by name (not one made in a function or doctest)."""
+    return getattr(sys.modules.get(cls.__module__), cls.__qualname__, None) is cls
 
 
 def _refuse_constant(literal: str) -> Any:
