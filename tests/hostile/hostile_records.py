@@ -181,7 +181,9 @@ def dead_letters(
         seen = len(messages)
         return wanted <= set(found)
 
-    read_messages(conf, dlq_topic, done, timeout_s)
+    read_messages(conf, dlq_topic, done, timeout_s, raise_on_timeout=False)
+    missing = sorted(wanted - set(found))
+    assert not missing, f"no dead letter within {timeout_s} s for {missing}"
     return found
 
 
