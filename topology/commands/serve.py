@@ -64,8 +64,12 @@ def run(args: argparse.Namespace) -> int:
         ensure_configured_topics(conf, config.kafka)
         topics = Topics(prefix)
         # the domains first: a registered expert is only reachable through its domain's row
-        domains = TableFollower(conf, topics.domains, server.domains.apply).start()
-        follower = RegistrationFollower(server, conf, topics.experts).start()
+        # a follower that stops ends the server (exit 3): its supervisor restarts it
+        domains = TableFollower(conf, topics.domains, server.domains.apply, on_death=stop.set)
+        domains.start()
+        follower = RegistrationFollower(server, conf, topics.experts)
+        follower.on_death = stop.set
+        follower.start()
         options = options_from_config(config.serve)
         httpd = make_http_server(server, host, port, followers=[domains, follower], **options)
         httpd.start()
@@ -82,4 +86,8 @@ def run(args: argparse.Namespace) -> int:
             httpd.stop()
             follower.stop()
             domains.stop()
+    dead = [f.describe() for f in (domains, follower) if not f.healthy()]
+    if dead:
+        log.error("stopped because a table follower stopped: %s", "; ".join(dead))
+        return 3
     return 0
