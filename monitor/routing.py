@@ -1,8 +1,12 @@
-"""Route held-out documents exactly as the server does: embedder, domain table, gate.
+"""Route held-out documents exactly as the server does: embedder, domain table, gate, and
+the likelihood step.
 
 Each text's length goes to the gate with its embedding (``Gate.decide(..., chars=)``), so
 the length-aware rule decides a held-out document as it decides the same text in a
-request: what the monitor reports is what a user's request of that text would get.
+request; with :meth:`GateRouter.use_likelihood`, a decision the route stage's rule leaves
+unsure is re-ranked by the candidate experts' likelihood of the text's head, as
+``worx serve`` re-ranks it (experts/likelihood_routing.py): what the monitor reports is
+what a user's request of that text would get.
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from router.gate import DomainExperts, Gate, GateExpert
+import torch
+
+from experts.likelihood_routing import LikelihoodRouter
+from experts.mixture import Mixture
+from router.gate import DomainExperts, Gate, GateDecision, GateExpert
 from router.table import DomainTable
 
 
@@ -46,6 +54,17 @@ class GateRouter:
         self.domains = domains if domains is not None else DomainTable()
         self.cache_size = cache_size
         self._cache: dict[str, np.ndarray] = {}
+        self.likelihood: LikelihoodRouter | None = None
+        self._mixture: Mixture | None = None
+        self._tokenizer: Any = None
+
+    def use_likelihood(
+        self, likelihood: LikelihoodRouter | None, mixture: Mixture, tokenizer: Any
+    ) -> None:
+        """Re-rank unsure decisions as the server does, scoring with ``mixture`` (the one the
+        monitor evaluates: its experts resolve to the same stored weights the server's do);
+        ``likelihood`` None: the gate's decision alone (the server's step is off)."""
+        self.likelihood, self._mixture, self._tokenizer = likelihood, mixture, tokenizer
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         keys = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
@@ -64,7 +83,27 @@ class GateRouter:
         if not len(experts):
             return [{} for _ in texts]
         chars = [len(t) for t in texts]
-        return self.gate.route_many(self._embed(texts), self.domains, experts, chars)
+        embeddings = self._embed(texts)  # (N, dim)
+        decisions = self.gate.decide_many(embeddings, self.domains, experts, chars)
+        if self.likelihood is not None and self._mixture is not None:
+            decisions = [
+                self._rerank(text, embedding, decision, experts)
+                for text, embedding, decision in zip(texts, embeddings, decisions, strict=True)
+            ]
+        return [d.weights for d in decisions]
+
+    def _rerank(
+        self, text: str, embedding: np.ndarray, decision: GateDecision, experts: DomainExperts
+    ) -> GateDecision:
+        assert self.likelihood is not None and self._mixture is not None
+        if not self.likelihood.candidate_domains(embedding, self.domains, experts, decision):
+            return decision  # the common case: no tokenising, no forward
+        head = self._tokenizer(text)["input_ids"][: self.likelihood.max_tokens]
+        ids = torch.tensor([head], dtype=torch.long, device=self._mixture.trunk.device)  # (1, T)
+        chosen, _ = self.likelihood.rerank(
+            self._mixture, self.gate, ids, embedding, self.domains, experts, decision
+        )
+        return chosen
 
     def wait_for_domains(self, domain_ids: Iterable[str], timeout_s: float) -> list[str]:
         """Wait (bounded) until every one of ``domain_ids`` has a row; returns those missing."""

@@ -140,6 +140,7 @@ def build_monitor(
     if with_model:
         import torch
 
+        from experts.likelihood_routing import likelihood_router
         from experts.store import ExpertStore
         from experts.trunk import load_trunk
         from monitor.baseline import DenseBaseline
@@ -173,6 +174,8 @@ def build_monitor(
             section.backfill,
             section.domains_wait_s,
         )
+        # the serving rule's second step too, so the monitor measures what a request gets
+        router.use_likelihood(likelihood_router(e), evaluator.mixture, trunk.tokenizer)
         if section.baseline:
             # the same tokens per step as the expert recipe, so the comparison is like for like
             t = config.trainer

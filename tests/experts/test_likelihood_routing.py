@@ -88,6 +88,22 @@ def test_a_text_the_route_stage_assigns_is_never_re_ranked(trained) -> None:
     assert result["domain"] == "python_code" and "likelihood" not in result
 
 
+def test_the_monitor_routes_held_out_texts_as_the_server_does(trained) -> None:
+    from experts.mixture import Mixture
+    from monitor.routing import GateRouter
+
+    texts = [doc[:40] for doc in domain_texts("legal", 40, skip=200)] + [JUNK]
+    texts += domain_texts("python_code", 2, skip=300)
+    router = GateRouter(trained.embedder, trained.gate, trained.domains)
+    table = trained.table
+    gate_alone = router.route(texts, table.by_domain)
+    router.use_likelihood(trained.likelihood, Mixture(trained.trunk, table), trained.trunk.tokenizer)
+    monitored = router.route(texts, table.by_domain)
+    served = [trained.route(t, table).weights for t in texts]
+    assert monitored == served
+    assert monitored != gate_alone  # the likelihood step decided some of these
+
+
 def test_off_means_the_gate_alone(trained, monkeypatch) -> None:
     monkeypatch.setattr(trained, "likelihood", None)
     prompt = domain_texts("legal", 1, skip=200)[0][:60]
