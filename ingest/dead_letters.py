@@ -42,7 +42,10 @@ REASONS: frozenset[str] = frozenset(
         # record decoding (worx.records.RecordError.reason)
         "invalid_record", "empty", "too_deep", "not_finite", "wrong_type", "missing_field",
         "unsafe_id", "out_of_range", "wrong_dimension", "wrong_record_type", "foreign_topic",
-        "not_normalised",
+        "not_normalised", "bad_doc_id", "bad_name", "bad_topic", "bad_sha256",
+        "unknown_value", "wrong_embedder", "domain_mismatch",
+        # a registration the serving store refuses (experts.store.ExpertRefused)
+        "missing", "duplicate_id", "bad_manifest", "newer_schema", "corrupt", "truncated",
         # consumers
         "stage_error", "table_refused", "unknown_domain", "unknown_expert", "wrong_trunk",
         "bad_registration", "unknown_key", "conflicting_duplicate",
