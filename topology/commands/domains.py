@@ -49,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
         table.apply(row)
         arrived.set()
 
-    follower = TableFollower(conf, Topics(config.kafka.topic_prefix).domains, apply).start()
+    domains = Topics(config.kafka.topic_prefix).domains
+    # a listing writes nothing: the stages dead-letter the rows they refuse
+    follower = TableFollower(conf, domains, apply, dead_letters=False).start()
     try:
         while arrived.wait(args.wait):
             arrived.clear()
