@@ -27,6 +27,7 @@ class TrainerConfig:
     expert_logit_bias: bool = True  # a per-token logit bias (vocabulary kinds)
     start_candidates: int = 8  # a new domain's expert may start as a copy of the best of the
     # newest N stored experts on its held-out documents (DEMix); 0: always from zero
+    candidate_eval_rows: int = 16  # held-out rows the candidates are compared on (0: all)
     seed: int = 0  # data order and initialisation
     eval_every: int = 20  # steps between held-out evaluations (early stopping)
     patience: int = 3  # evaluations without improvement before stopping early
@@ -104,5 +105,7 @@ class TrainerConfig:
             raise ValueError("trainer.expert_output_rank and expert_token_rank must be >= 0")
         if self.start_candidates < 0:
             raise ValueError("trainer.start_candidates must be >= 0")
+        if self.candidate_eval_rows < 0:
+            raise ValueError("trainer.candidate_eval_rows must be >= 0 (0: every held-out row)")
         if any(layer < 0 for layer in self.expert_layers):
             raise ValueError("trainer.expert_layers must be non-negative layer indices")

@@ -130,7 +130,8 @@ def test_a_new_domain_starts_from_the_existing_expert_that_fits_it_best(trunk) -
     noise = _random(Expert(fitted.config, trunk.hidden_size))  # worse than the trunk alone
     before = {"fitted": tensor_hashes(fitted), "noise": tensor_hashes(noise)}
     candidates = {"fitted": fitted, "noise": noise}
-    result = train_expert(trunk, train[:20], heldout, config, candidates=candidates)
+    every_row = dataclasses.replace(config, candidate_eval_rows=0)  # compared on every row
+    result = train_expert(trunk, train[:20], heldout, every_row, candidates=candidates)
     summary = result.summary
     assert summary["started_from_expert_id"] == "fitted"
     assert summary["start_candidates_ppl"]["fitted"] < summary["heldout_ppl_trunk"]
@@ -143,3 +144,12 @@ def test_a_new_domain_starts_from_the_existing_expert_that_fits_it_best(trunk) -
     assert tensor_hashes(noise) == before["noise"]
     alone = train_expert(trunk, train[:20], heldout, config, candidates={"noise": noise})
     assert alone.summary["started_from_expert_id"] is None
+    # compared on the first row alone, the same choice; the gate's reference is still the
+    # copy's figure on every held-out row
+    one_row = dataclasses.replace(every_row, candidate_eval_rows=1)
+    assert result.summary["heldout_rows"] > 1
+    quick = train_expert(trunk, train[:20], heldout, one_row, candidates=candidates).summary
+    assert quick["started_from_expert_id"] == "fitted"
+    assert quick["start_candidates_ppl"] != summary["start_candidates_ppl"]
+    assert quick["heldout_ppl_current"] == pytest.approx(summary["heldout_ppl_current"], rel=1e-4)
+    assert quick["heldout_ppl_trunk"] == pytest.approx(summary["heldout_ppl_trunk"], rel=1e-4)

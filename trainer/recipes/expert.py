@@ -287,9 +287,12 @@ class ExpertRecipe:
             for expert_id, expert in self.candidates.items()
         }  # copies: evaluating never touches the stored experts, wherever they live
         mixture = Mixture(self.trunk, on_device)
-        trunk_ppl = self.candidate_trunk_ppl = self._perplexity(mixture, {})
+        rows = self.config.candidate_eval_rows or len(self.held_ids)  # 0: every held-out row
+        trunk_ppl = self._perplexity(mixture, {}, rows)
+        if rows >= len(self.held_ids):  # the trunk's figure on every row: reused in setup
+            self.candidate_trunk_ppl = trunk_ppl
         for expert_id in sorted(self.candidates):
-            self.candidate_ppl[expert_id] = self._perplexity(mixture, {expert_id: 1.0})
+            self.candidate_ppl[expert_id] = self._perplexity(mixture, {expert_id: 1.0}, rows)
         best = min(self.candidate_ppl, key=self.candidate_ppl.__getitem__)
         if self.candidate_ppl[best] < trunk_ppl:
             self.parent, self.started_from = self.candidates[best], best
@@ -448,16 +451,20 @@ class ExpertRecipe:
         """Held-out perplexity of the trunk with ``weights`` ({} = trunk only)."""
         return self._perplexity(self.mixture, weights)
 
-    def _perplexity(self, mixture: Mixture, weights: dict[str, float]) -> float:
+    def _perplexity(
+        self, mixture: Mixture, weights: dict[str, float], rows: int | None = None
+    ) -> float:
+        """Held-out perplexity of ``weights`` on the first ``rows`` rows (None: all of them)."""
         expert = getattr(self, "expert", None)  # None: candidates are evaluated before it exists
         was_training = expert is not None and expert.training
         if expert is not None:
             expert.eval()
         total, count = 0.0, 0.0
         batch = self.config.micro_batch_size
-        for start in range(0, len(self.held_ids), batch):
-            ids = self.held_ids[start : start + batch].to(self.device)  # (b, T)
-            mask = self.held_mask[start : start + batch].to(self.device)  # (b, T)
+        end = len(self.held_ids) if rows is None else min(rows, len(self.held_ids))
+        for start in range(0, end, batch):
+            ids = self.held_ids[start : min(start + batch, end)].to(self.device)  # (b, T)
+            mask = self.held_mask[start : min(start + batch, end)].to(self.device)  # (b, T)
             with self._autocast():
                 if self.config.chunked_loss:
                     hidden = mixture_hidden(mixture, ids, mask, [weights] * len(ids))  # (b, T, d)
