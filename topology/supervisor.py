@@ -162,8 +162,8 @@ class Supervisor:
 def rotate_log(path: Path, max_bytes: int, keep: int) -> bool:
     """Copy-truncate ``path`` if it is larger than ``max_bytes``; True if it rotated."""
     try:
-        if path.stat().st_size <= max_bytes:
-            return False
+        if not path.exists() or path.stat().st_size <= max_bytes:
+            return False  # a stage's first start: no log yet
         for index in range(keep - 1, 0, -1):
             older = path.with_name(f"{path.name}.{index}")
             if older.exists():
