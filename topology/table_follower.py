@@ -159,6 +159,10 @@ class TableFollower:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=timeout_s)
+        elif self._thread.ident is None:  # never started: its thread would have closed these
+            self._consumer.close()
+            if self._producer is not None:
+                self._producer.flush(10)
 
     def _run(self) -> None:
         try:

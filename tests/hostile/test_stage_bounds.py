@@ -112,6 +112,7 @@ def test_registrations_waiting_for_an_unknown_domain_are_bounded_and_dead_letter
     stage.apply_domain(row)
     assert [e.record.expert_ids for e in waiting.apply(stage)][-1] == ["e2", "e3", "e4"]
     assert not waiting.waiting
+    waiting.stop()  # (never started: closes its client)
 
 
 def test_the_loop_watcher_keeps_bounded_state_and_counts_what_it_cannot_read():
