@@ -108,6 +108,8 @@ def watch_live(
             for name in ended:
                 if not loop.supervisor.children[name].spec.oneshot:
                     raise StageFailed(name, loop.supervisor.children[name].log_path)
+            if not loop.watcher.healthy():  # the view no longer follows the topics
+                raise RuntimeError(f"{loop.watcher.describe()}; stopping every stage")
             stages = {
                 name: ("up" if loop.supervisor.alive(name) else "done")
                 for name in loop.supervisor.children
