@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -15,7 +14,6 @@ try:  # optional: a faster JSON codec for the ingest hot path
     import orjson
 except ImportError:  # pragma: no cover - the standard library does the same, slower
     orjson = None
-from worx.stage import Message
 
 
 @dataclass(frozen=True)
@@ -88,19 +86,6 @@ class DeadLetter(Record):
             check_range(name, getattr(self, name), -1)
         check_range("created_ms", self.created_ms, 0)
         return self
-
-    @classmethod
-    def of(cls, message: Message, reason: str, detail: str, stage: str) -> DeadLetter:
-        return cls(
-            reason=reason,
-            detail=detail,
-            original_b64=base64.b64encode(message.value or b"").decode("ascii"),
-            source_topic=message.topic,
-            source_partition=message.partition,
-            source_offset=message.offset,
-            stage=stage,
-            created_ms=int(time.time() * 1000),
-        )
 
     def original(self) -> bytes:
         return base64.b64decode(self.original_b64)

@@ -1,6 +1,6 @@
 import pytest
 
-from ingest.records import DeadLetter, Doc
+from ingest.records import Doc
 from worx.records import RecordError, UnknownSchemaVersion
 
 
@@ -32,9 +32,10 @@ def test_bad_records_are_refused_with_a_reason(raw, exc, reason):
 
 
 def test_dead_letter_keeps_original_bytes():
+    from ingest.dead_letters import dead_letter
     from worx.stage import Message
 
-    letter = DeadLetter.of(
+    letter = dead_letter(
         Message(value=b"\xff\x00", topic="t", partition=1, offset=7), "x", "y", "s"
     )
     assert letter.original() == b"\xff\x00"
