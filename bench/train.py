@@ -126,7 +126,13 @@ def run_one(name: str, spec: dict) -> dict:
     from experts.trunk import load_trunk
     from trainer.config import TrainerConfig
     from trainer.expert_setup import prepare_trunk
-    from trainer.recipes.dense import DenseConfig, dense_finetune, load_trainable, perplexity
+    from trainer.recipes.dense import (
+        DenseConfig,
+        dense_finetune,
+        load_trainable,
+        perplexity,
+        use_fused_gelu,
+    )
     from trainer.recipes.expert import train_expert
 
     transformers.AutoTokenizer.from_pretrained(spec["trunk"])  # tokenizer libraries loaded too
@@ -181,7 +187,7 @@ def run_one(name: str, spec: dict) -> dict:
         if run.get("freeze_embeddings"):
             model.get_input_embeddings().weight.requires_grad_(False)  # tied: the output too
         if run.get("fused_gelu"):
-            _fuse_gelu(model)
+            use_fused_gelu(model)
         before = perplexity(model, tokenizer, heldout, spec["seq_len"], spec["micro_batch"])
         cfg = DenseConfig(
             steps=spec["steps"],
@@ -224,15 +230,6 @@ def run_one(name: str, spec: dict) -> dict:
         heldout_ppl_before=round(out["heldout_ppl_before"], 4),
     )
     return out
-
-
-def _fuse_gelu(model) -> None:
-    """GPT-2's Python ``gelu_new`` replaced by PyTorch's fused kernel of the same formula."""
-    from transformers.activations import GELUTanh, NewGELUActivation
-
-    for module in model.modules():
-        if isinstance(getattr(module, "act", None), NewGELUActivation):
-            module.act = GELUTanh()
 
 
 def _expert_layers(arg: str, num_layers: int) -> tuple[int, ...]:

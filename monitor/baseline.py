@@ -78,7 +78,7 @@ class DenseBaseline:
     def _load(self) -> None:
         if self._model is not None:
             return
-        from trainer.recipes.dense import load_trainable
+        from trainer.recipes.dense import load_trainable, use_fused_gelu
 
         done = len(self.history.rows(RUN))
         saved = self._checkpoint_step()
@@ -91,6 +91,7 @@ class DenseBaseline:
                 self._checkpoint,
             )
         self._model, self._tokenizer = load_trainable(source)
+        use_fused_gelu(self._model)  # the same function, faster: the demo waits on this baseline
         self._model.eval()
         log.info("dense baseline loaded from %s (%d rows done)", source, done)
 

@@ -46,3 +46,17 @@ def test_sequential_dense_finetune_trains_every_weight_domain_after_domain(trunk
     changed = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
     assert len(changed) == len(before)  # all trunk weights trained
     assert trunk_fingerprint(trunk_dir) == fingerprint  # the trunk on disk is untouched
+
+
+def test_fused_gelu_computes_the_same_function(trunk_dir):
+    from trainer.recipes.dense import use_fused_gelu
+
+    model, _ = load_trainable(trunk_dir)
+    model.eval()
+    ids = torch.randint(0, model.config.vocab_size, (2, 16))
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        assert use_fused_gelu(model) == model.config.n_layer
+        after = model(input_ids=ids).logits
+    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-5)
+    assert use_fused_gelu(model) == 0  # nothing left to swap

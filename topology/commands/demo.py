@@ -12,7 +12,8 @@ DEMO_STAGE_DEFAULTS = {
     "WORX_ROUTER__JOB_DOCS": "200",
     "WORX_TRAINER__MAX_STEPS": "30",
     "WORX_TRAINER__GRAD_ACCUM_STEPS": "1",
-    "WORX_TRAINER__EVAL_EVERY": "10",
+    # patience 3 cannot stop a 30-step job early: evaluate at the end only
+    "WORX_TRAINER__EVAL_EVERY": "30",
     "WORX_MONITOR__BASELINE_STEPS": "30",
 }
 QUICK = {"new_domains": ("legal", "scripture"), "per_domain": 300, "mixture_docs": 100}
