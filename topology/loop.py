@@ -62,6 +62,9 @@ def stage_env(options: LoopOptions) -> dict[str, str]:
     }
     if options.config_path:
         env["WORX_CONFIG"] = options.config_path
+    # several torch processes share the machine's cores: idle OpenMP threads sleep instead of
+    # spinning on a core another stage needs (the user's own setting wins)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env
 
 
