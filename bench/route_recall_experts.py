@@ -301,7 +301,9 @@ def cost(trunk, embedder, gate, table, held, experts_by_label, router, count: in
         if ids.shape[1] < 2 or not router.candidate_domains(vector, table, everyone, decision):
             continue
         start = time.perf_counter()
-        served, _ = router.rerank(mixture, gate, ids, vector, table, everyone, decision)
+        served, _ = router.rerank(
+            mixture, gate, lambda ids=ids: ids, vector, table, everyone, decision
+        )
         rerank_ms.append((time.perf_counter() - start) * 1000)
         start = time.perf_counter()
         with torch.no_grad():

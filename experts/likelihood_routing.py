@@ -35,7 +35,7 @@ True
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,17 +131,20 @@ class LikelihoodRouter:
         self,
         mixture: Mixture,
         gate: Gate,
-        input_ids: torch.Tensor,
+        tokens: Callable[[], torch.Tensor],
         embedding: np.ndarray,
         domains: DomainTable,
         experts: DomainExperts,
         decision: GateDecision,
     ) -> tuple[GateDecision, dict[str, Any] | None]:
         """``(decision, what the step saw)``; the gate's ``decision`` when not re-ranked
-        (then None). ``input_ids``: ``(1, T)`` the prompt's tokens (cut to ``max_tokens``)."""
+        (then None). ``tokens()``: ``(1, T)`` the prompt's tokens (cut to ``max_tokens``),
+        called only for a decision that is re-ranked (most are not: no tokenising then)."""
         names = self.candidate_domains(embedding, domains, experts, decision)
-        ids = input_ids[:, : self.max_tokens]  # (1, T)
-        if not names or ids.shape[1] < 2:
+        if not names:
+            return decision, None
+        ids = tokens()[:, : self.max_tokens]  # (1, T)
+        if ids.shape[1] < 2:
             return decision, None
         x = np.asarray(embedding, dtype=np.float32).reshape(-1)  # (dim,)
         # the weights each candidate's text would be served with (the gate's own mixing)

@@ -267,11 +267,11 @@ class ExpertServer:
         decision = self.gate.decide(embedding, self.domains, table.by_domain, chars=len(text))
         if self.likelihood is None or self.likelihood.candidates == 0:
             return decision, None
-        input_ids, _ = self._encode(text, min(self.likelihood.max_tokens, self.max_tokens))
+        limit = min(self.likelihood.max_tokens, self.max_tokens)
         return self.likelihood.rerank(
             Mixture(self.trunk, table),
             self.gate,
-            input_ids,
+            lambda: self._encode(text, limit)[0],
             embedding,
             self.domains,
             table.by_domain,

@@ -16,7 +16,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-
 import torch
 
 from experts.likelihood_routing import LikelihoodRouter
@@ -96,12 +95,14 @@ class GateRouter:
         self, text: str, embedding: np.ndarray, decision: GateDecision, experts: DomainExperts
     ) -> GateDecision:
         assert self.likelihood is not None and self._mixture is not None
-        if not self.likelihood.candidate_domains(embedding, self.domains, experts, decision):
-            return decision  # the common case: no tokenising, no forward
-        head = self._tokenizer(text)["input_ids"][: self.likelihood.max_tokens]
-        ids = torch.tensor([head], dtype=torch.long, device=self._mixture.trunk.device)  # (1, T)
+        limit, device = self.likelihood.max_tokens, self._mixture.trunk.device
+
+        def tokens() -> torch.Tensor:  # (1, T), the text's head
+            head = self._tokenizer(text)["input_ids"][:limit]
+            return torch.tensor([head], dtype=torch.long, device=device)
+
         chosen, _ = self.likelihood.rerank(
-            self._mixture, self.gate, ids, embedding, self.domains, experts, decision
+            self._mixture, self.gate, tokens, embedding, self.domains, experts, decision
         )
         return chosen
 

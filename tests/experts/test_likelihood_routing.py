@@ -97,7 +97,9 @@ def test_the_monitor_routes_held_out_texts_as_the_server_does(trained) -> None:
     router = GateRouter(trained.embedder, trained.gate, trained.domains)
     table = trained.table
     gate_alone = router.route(texts, table.by_domain)
-    router.use_likelihood(trained.likelihood, Mixture(trained.trunk, table), trained.trunk.tokenizer)
+    router.use_likelihood(
+        trained.likelihood, Mixture(trained.trunk, table), trained.trunk.tokenizer
+    )
     monitored = router.route(texts, table.by_domain)
     served = [trained.route(t, table).weights for t in texts]
     assert monitored == served
