@@ -156,6 +156,16 @@ class DomainExperts:
         return len(self.expert_domain)
 
 
+class DomainChoice(NamedTuple):
+    """Which domain the gate's first step gave a text, and by which rule."""
+
+    domain_id: str | None  # None: novel
+    similarity: float  # to the chosen (or, when novel, the nearest) domain's centroid
+    version: int  # the domain table's version read
+    rule: str  # "threshold" | "length_rule" | "below_threshold" | "between_domains" |
+    # "no_domains" (see Gate.choose_domain)
+
+
 class GateDecision(NamedTuple):
     domain_id: str | None  # None: novel (no known domain close enough)
     similarity: float  # to the chosen (or, when novel, the nearest) domain's centroid
@@ -220,16 +230,7 @@ class Gate:
         route stage's rule alone.
         """
         x = np.asarray(embedding, dtype=np.float32).reshape(-1)  # (dim,)
-        try:
-            if chars is None:
-                domain_id, similarity, _, version = domains.decide(x)
-            else:
-                domain_id, similarity, version = self._domain(x, domains, chars)
-        except ValueError as exc:  # a matmul of mismatched shapes
-            raise ValueError(
-                f"embedding dimension {x.shape[0]} does not match the domain table's "
-                "centroids: the gate and the route stage must use the same embedder"
-            ) from exc
+        domain_id, similarity, version, _ = self.choose_domain(x, domains, chars)
         index = experts.of(domain_id)
         if index is None:
             return GateDecision(domain_id, similarity, {}, version)
@@ -239,26 +240,53 @@ class Gate:
         """How much closer than ``floor * cohesion`` a text of ``chars`` must come (<= 1)."""
         return min(1.0, (max(int(chars), 1) / self.ref_chars) ** self.power)
 
-    def _domain(
-        self, x: np.ndarray, domains: DomainTable, chars: int
-    ) -> tuple[str | None, float, int]:
-        """``(domain_id, similarity, version)``: the route stage's rule, else the
-        length-aware one, both on one consistent read of the table."""
+    def choose_domain(
+        self, embedding: np.ndarray, domains: DomainTable, chars: int | None = None
+    ) -> DomainChoice:
+        """The first step of :meth:`decide`: the text's domain, and the rule that gave it.
+
+        ``rule``: ``threshold`` (the route stage's rule assigned it), ``length_rule``
+        (below the threshold, taken by the length-aware rule), ``below_threshold`` (novel:
+        too far from its nearest domain), ``between_domains`` (novel: close enough by the
+        length-aware rule but not clearly nearer than the second domain), ``no_domains``.
+        """
+        x = np.asarray(embedding, dtype=np.float32).reshape(-1)  # (dim,)
+        try:
+            if chars is None:
+                domain_id, sim, _, version = domains.decide(x)
+                if domain_id is None and not domains.scores(x)[0]:
+                    return DomainChoice(None, 0.0, version, "no_domains")
+                rule = "threshold" if domain_id is not None else "below_threshold"
+                return DomainChoice(domain_id, sim, version, rule)
+            return self._domain(x, domains, chars)
+        except ValueError as exc:  # a matmul of mismatched shapes
+            raise ValueError(
+                f"embedding dimension {x.shape[0]} does not match the domain table's "
+                "centroids: the gate and the route stage must use the same embedder"
+            ) from exc
+
+    def length_floor(self, cohesion: float, threshold: float, chars: int) -> float:
+        """The similarity the length-aware rule asks of a text of ``chars`` to a domain."""
+        # a row without cohesion falls back to its threshold as the typical member cosine
+        return self.floor * max(cohesion, threshold) * self.length_scale(chars)
+
+    def _domain(self, x: np.ndarray, domains: DomainTable, chars: int) -> DomainChoice:
+        """The route stage's rule, else the length-aware one, both on one consistent read of
+        the table."""
         ids, sims, thresholds, cohesions, version = domains.scores(x)  # sims: (K,)
         if not ids:
-            return None, 0.0, version
+            return DomainChoice(None, 0.0, version, "no_domains")
         best = int(np.argmax(sims))
         sim = float(sims[best])
         if sim >= thresholds[best]:  # the route stage's decision (DomainTable.decide)
-            return ids[best], sim, version
+            return DomainChoice(ids[best], sim, version, "threshold")
         second = float(np.partition(sims, -2)[-2]) if len(ids) > 1 else 0.0
-        # a row without cohesion falls back to its threshold as the typical member cosine
-        typical = max(float(cohesions[best]), float(thresholds[best]))
-        close = sim >= self.floor * typical * self.length_scale(chars)
+        need = self.length_floor(float(cohesions[best]), float(thresholds[best]), chars)
+        close = sim > 0 and sim >= need
         apart = sim >= self.margin * max(second, 0.0)
-        if sim > 0 and close and apart:
-            return ids[best], sim, version
-        return None, sim, version
+        if close and apart:
+            return DomainChoice(ids[best], sim, version, "length_rule")
+        return DomainChoice(None, sim, version, "between_domains" if close else "below_threshold")
 
     def _mix(self, x: np.ndarray, index: CentroidIndex) -> dict[str, float]:
         sims = index.similarities(x)  # (E,)
