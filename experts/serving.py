@@ -36,6 +36,7 @@ from experts.records import ExpertRegistration
 from experts.store import ExpertRefused, ExpertStore
 from experts.table import ExpertTable
 from experts.trunk import Trunk
+from router.explain import domain_name, explain_route
 from router.gate import Gate, GateDecision
 from router.table import DomainTable
 from worx.ids import UnsafeIdError, validate_id
@@ -261,33 +262,52 @@ class ExpertServer:
         """The gate's decision for ``text``: its domain and the experts of ``table`` it gets."""
         return self._route(text, table)[0]
 
-    def _route(self, text: str, table: ExpertTable) -> tuple[GateDecision, dict[str, Any] | None]:
-        """The decision, and what the likelihood step saw (None: it did not run)."""
+    def _route(
+        self, text: str, table: ExpertTable, explain: bool = False
+    ) -> tuple[GateDecision, dict[str, Any] | None, dict[str, Any] | None]:
+        """The decision, what the likelihood step saw (None: it did not run), and with
+        ``explain`` the gate's decision explained (:func:`router.explain.explain_route`)."""
         embedding = np.asarray(self.embedder.embed([text]))[0]  # (dim,)
-        decision = self.gate.decide(embedding, self.domains, table.by_domain, chars=len(text))
+        experts = table.by_domain
+        if explain:
+            decision, why = explain_route(embedding, self.domains, experts, self.gate, len(text))
+        else:
+            decision, why = self.gate.decide(embedding, self.domains, experts, len(text)), None
         if self.likelihood is None or self.likelihood.candidates == 0:
-            return decision, None
+            return decision, None, why
         limit = min(self.likelihood.max_tokens, self.max_tokens)
-        return self.likelihood.rerank(
+        chosen, likelihood = self.likelihood.rerank(
             Mixture(self.trunk, table),
             self.gate,
             lambda: self._encode(text, limit)[0],
             embedding,
             self.domains,
-            table.by_domain,
+            experts,
             decision,
         )
+        if why is not None and likelihood is not None:
+            why = _with_rerank(why, chosen, likelihood, self.likelihood, self.domains)
+        return chosen, likelihood, why
 
     def _weights(
-        self, text: str, table: ExpertTable, expert_weights: dict[str, float] | None
+        self,
+        text: str,
+        table: ExpertTable,
+        expert_weights: dict[str, float] | None,
+        explain: bool = False,
     ) -> tuple[dict[str, float], dict[str, Any]]:
-        """The weights to serve ``text`` with, and what the answer says about the routing."""
+        """The weights to serve ``text`` with, and what the answer says about the routing
+        (with ``explain``: the gate's reasons under ``explain``, even when the request named
+        its experts)."""
         if expert_weights is not None:
             unknown = sorted(set(expert_weights) - set(table))
             if unknown:
                 raise RequestError(f"unknown expert(s) {unknown}; GET /experts lists them")
-            return expert_weights, {"routed_by": "request"}
-        decision, likelihood = self._route(text, table)
+            routing: dict[str, Any] = {"routed_by": "request"}
+            if explain:
+                routing["explain"] = {**self._route(text, table, True)[2], "overridden": True}
+            return expert_weights, routing
+        decision, likelihood, why = self._route(text, table, explain)
         routing = {
             "routed_by": "gate",
             "domain": decision.domain_id,
@@ -295,6 +315,8 @@ class ExpertServer:
         }
         if likelihood is not None:  # the step re-ranked an unsure decision
             routing["likelihood"] = likelihood
+        if why is not None:
+            routing["explain"] = why
         return decision.weights, routing
 
     def _encode(self, text: str, limit: int, keep_tail: bool = False) -> tuple[torch.Tensor, bool]:
@@ -325,21 +347,34 @@ class ExpertServer:
             self.failed_requests += 1
             raise
 
-    def score(self, text: str, expert_weights: dict[str, float] | None = None) -> dict[str, Any]:
+    def score(
+        self, text: str, expert_weights: dict[str, float] | None = None, explain: bool = False
+    ) -> dict[str, Any]:
         """Per-token loss and perplexity of ``text`` under the mixture the gate picks.
 
-        ``expert_weights`` overrides the gate (names must be registered experts).
+        ``expert_weights`` overrides the gate (names must be registered experts). With
+        ``explain``, the answer's ``explain`` says why (:meth:`explain`), with the
+        perplexity of the trunk alone beside the mixture's (one forward of both rows).
         """
         input_ids, cut = self._encode(text, self.max_tokens)
         if input_ids.shape[1] < 2:
             raise RequestError("'text' must be at least two tokens long to be scored")
 
         def work(table: ExpertTable) -> dict[str, Any]:
-            weights, routing = self._weights(text, table, expert_weights)
+            weights, routing = self._weights(text, table, expert_weights, explain)
+            rows = [weights, {}] if explain and weights else [weights]
+            batch = input_ids.expand(len(rows), -1)  # (R, T)
             with torch.no_grad():
-                losses, _ = Mixture(self.trunk, table).token_losses(input_ids, None, [weights])
+                losses, _ = Mixture(self.trunk, table).token_losses(batch, None, rows)
             token_losses = [float(v) for v in losses[0]]
             mean = sum(token_losses) / len(token_losses)
+            if explain:
+                trunk_mean = float(losses[-1].mean())
+                routing["explain"]["perplexity"] = {
+                    "with_experts": _perplexity(mean),
+                    "trunk_alone": _perplexity(trunk_mean),
+                    "tokens": len(token_losses) + 1,
+                }
             tokens = self.trunk.tokenizer.convert_ids_to_tokens(input_ids[0].tolist())
             return {
                 "experts": weights,
@@ -353,6 +388,17 @@ class ExpertServer:
             }
 
         return self._with_table(work)
+
+    def explain(self, text: str) -> dict[str, Any]:
+        """Why ``text`` gets its domain and experts: the nearest domains (cosine, threshold),
+        the rule that decided and why, the likelihood step if it ran, the experts and
+        weights, and the perplexity with them and with the trunk alone."""
+        result = self.score(text, explain=True)
+        return {
+            **result["explain"],
+            "table_version": result["table_version"],
+            "truncated": result["truncated"],
+        }
 
     def generate(
         self, text: str, max_new_tokens: int = 32, expert_weights: dict[str, float] | None = None
@@ -416,3 +462,48 @@ class ExpertServer:
             "cache": self.store.cache_info(),
             "uptime_s": round(time.time() - self.started, 1),
         }
+
+
+def _perplexity(mean_loss: float) -> float:
+    return round(math.exp(min(mean_loss, 700.0)), 4)
+
+
+def _with_rerank(
+    why: dict[str, Any],
+    chosen: GateDecision,
+    seen: dict[str, Any],
+    step: LikelihoodRouter,
+    domains: DomainTable,
+) -> dict[str, Any]:
+    """The explanation after the likelihood step re-ranked the gate's unsure decision."""
+    changed = bool(seen.get("changed"))
+    losses = ", ".join(f"{d} {v:.3f}" for d, v in seen["losses"].items())
+    verdict = (
+        f"it moved the text to {chosen.domain_id}"
+        if changed
+        else "no candidate's expert was clearly better: the gate's decision stands"
+    )
+    why = {
+        **why,
+        "likelihood": {
+            **seen,
+            "margin": step.margin,
+            "separation": step.separation,
+            "why": f"the gate was unsure; the likelihood step scored the candidates' experts "
+            f"(mean loss per token: trunk {seen['trunk_loss']:.3f}; {losses}): {verdict}",
+        },
+    }
+    if changed:
+        why["decision"] = {
+            **why["decision"],
+            "domain_id": chosen.domain_id,
+            "name": domain_name(domains.get(chosen.domain_id)) if chosen.domain_id else None,
+            "similarity": round(chosen.similarity, 4),
+            "rule": "likelihood",
+        }
+        why["experts"] = chosen.weights
+        why["served_by"] = "experts" if chosen.weights else "trunk"
+        why["served_why"] = "the likelihood step's choice: " + ", ".join(
+            f"{e} {w:.2f}" for e, w in chosen.weights.items()
+        )
+    return why
