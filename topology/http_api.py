@@ -5,8 +5,10 @@ Routes (JSON in, JSON out):
 * ``GET /health``                 status, followers, trunk, table version, counters, refusals
 * ``GET /experts``                the registered experts (manifests without centroids)
 * ``GET /experts/<id>``           one expert's manifest
-* ``POST /score``    ``{"text", "experts"?}``   per-token loss, perplexity, experts used
-  (and the domain the gate gave the text)
+* ``POST /score``    ``{"text", "experts"?, "explain"?}``   per-token loss, perplexity,
+  experts used (and the domain the gate gave the text); ``"explain": true`` adds
+  ``explain``: the nearest domains with cosine and threshold, the rule that decided and
+  why, the likelihood step if it ran, and the perplexity with the experts and without
 * ``POST /generate`` ``{"text", "max_new_tokens"?, "experts"?}``  greedy continuation
 
 Every error answers ``{"error": reason}``: 421 a Host header that names another server
@@ -140,7 +142,10 @@ class ServeAPI:
         body = await read_json(request, self.limits)
         text, cut = self._cut(body.get("text"), keep_tail=False)
         weights = _weights(body.get("experts"))
-        result = await self._run(self.server.score, text, weights)
+        explain = body.get("explain", False)
+        if not isinstance(explain, bool):
+            raise HttpError(400, "'explain' must be true or false")
+        result = await self._run(self.server.score, text, weights, explain)
         return _json({**result, "truncated": result["truncated"] or cut})
 
     async def generate(self, request: web.Request) -> web.Response:
