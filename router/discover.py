@@ -25,6 +25,7 @@ with the input offsets it covers, is a JSON snapshot (:meth:`snapshot`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any, ClassVar
@@ -38,6 +39,7 @@ from router.domain_state import DomainState
 from router.embedders import default_embedder
 from router.embedding import Embedder
 from router.jobs import make_train_job
+from router.naming import doc_terms, domain_name
 from router.promotion import Promotion, arrival_rate
 from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob
 from router.table import DomainTable
@@ -110,6 +112,7 @@ class DiscoverStage:
         vector = None
         if record.text:
             vector = self.embedder.embed([record.text])[0]  # (dim,)
+            doc["terms"] = doc_terms(record.text)  # for the name of a domain it may found
             # the route worker may not have applied our latest domain yet: re-decide locally
             domain_id, similarity, uncertain, _ = self.table.decide(vector)
         elif domain_id is not None and self.table.get(domain_id) is None:
@@ -193,6 +196,9 @@ class DiscoverStage:
     def _promote(self, cand: Candidate, now: int) -> list[Emit]:
         members = [self.clusterer.items[i] for i in cand.members]
         row = self.promotion.domain_row(cand, members, self.embedder.fingerprint, now)
+        inside = set(cand.members)
+        others = [item for i, item in enumerate(self.clusterer.items) if i not in inside]
+        row = dataclasses.replace(row, name=domain_name(members, others))
         domain_id = row.domain_id
         self.table.apply(row)
         self.domains[domain_id] = DomainState(self.config)
@@ -251,6 +257,7 @@ class DiscoverStage:
             json.dumps({"domain_id": domain_id, "detector": "domain_distance", "seen": self.seen}),
         )
         out: list[Emit] = [Emit("drift", event.event_id, event)]
+        out.extend(self._rename(domain_id, list(state.recent)))
         if len(state.recent) >= self.config.promote_min_size:
             parent = row.expert_ids[-1] if row.expert_ids else None
             job = self._job(domain_id, "drift", list(state.recent), row, parent, now)
@@ -258,6 +265,24 @@ class DiscoverStage:
                 state.drift_jobs.append(job.job_id)
                 out.append(Emit("train", job.job_id, job))
         return out
+
+    def _rename(self, domain_id: str, recent: list[dict]) -> list[Emit]:
+        """Refresh a drifted domain's name from its recent documents (their labels, else
+        the terms of those that carried text, against the novelty buffer); the row's next
+        version when the name changed, else nothing (too little evidence keeps the name)."""
+        row = self.table.get(domain_id)
+        with_terms = [d for d in recent if d.get("terms")]
+        if any(d.get("label") for d in recent):
+            name = domain_name(recent, [])
+        elif len(with_terms) >= self.config.promote_min_size // 2:
+            name = domain_name(with_terms, self.clusterer.items)
+        else:
+            name = None
+        if not name or name == row.name:
+            return []
+        log.info("domain %s renamed %r -> %r", domain_id, row.name, name)
+        self.table.apply(dataclasses.replace(row, name=name, version=row.version + 1))
+        return [Emit("domains", domain_id, self.table.get(domain_id))]
 
     def _novelty_event(self, now: int, rate_before: float) -> Emit:
         event = DriftEvent(

@@ -85,6 +85,8 @@ class DomainRecord(Record):
     # discover with its text, where a new domain hiding inside this one can surface)
     distance_mean: float = 0.0  # mean of 1 - cosine of the members (drift reference)
     distance_std: float = 0.0  # its standard deviation
+    name: str | None = None  # what people read (router.naming): the majority label, else
+    # the cluster's distinctive terms; None in rows written before names (display_name)
 
     def check(self) -> DomainRecord:
         check_id("domain_id", self.domain_id)
@@ -102,6 +104,7 @@ class DomainRecord(Record):
         check_name("label_hint", self.label_hint, optional=True)
         check_range("distance_mean", self.distance_mean, *DISTANCE)
         check_range("distance_std", self.distance_std, *DISTANCE)
+        check_name("name", self.name, optional=True)
         return self
 
     def check_dim(self, dim: int) -> DomainRecord:
