@@ -215,7 +215,8 @@ class ExpertStore:
     Parameters
     ----------
     root : path
-        Store directory (created if missing).
+        Store directory. With ``create`` (writers) it is created if missing; without
+        (readers) a missing one is not created and looks empty until a writer makes it.
     trunk_fingerprint : str or None
         The trunk experts must have been built on; ``None`` (inspection only) skips that
         check and forbids :meth:`put`.
@@ -241,9 +242,11 @@ class ExpertStore:
         quarantine_keep: int = 100,
         quarantine_max_age_s: float = 30 * 86400,
         stale_tmp_after_s: float = 3600,
+        create: bool = True,
     ) -> None:
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
         self.trunk_fingerprint = trunk_fingerprint
         self.lru_budget_bytes = int(lru_budget_bytes)
         self.quarantine_enabled = quarantine
@@ -255,8 +258,9 @@ class ExpertStore:
         self._lock = threading.Lock()
         self.loads = 0  # verified loads from disk (cache misses)
         self.hits = 0
-        clean_stale_tmp(self.root, stale_tmp_after_s)
-        self._prune_quarantine()
+        if self.root.is_dir():
+            clean_stale_tmp(self.root, stale_tmp_after_s)
+            self._prune_quarantine()
 
     # ------------------------------------------------------------------ write
     def put(
@@ -317,6 +321,7 @@ class ExpertStore:
         target = self.root / expert_id
         if target.exists():
             return self._same_or_refuse(expert_id, sha)
+        self.root.mkdir(parents=True, exist_ok=True)
         with WriterLock(self.root, expert_id) as tmp:
             tmp.mkdir()
             try:
@@ -356,6 +361,8 @@ class ExpertStore:
     # ------------------------------------------------------------------ read
     def ids(self) -> list[str]:
         """Ids of every entry (a directory not starting with '.'), sorted; unverified."""
+        if not self.root.is_dir():
+            return []
         return sorted(
             p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
         )

@@ -32,6 +32,7 @@ from torch import nn
 
 # moved to experts.testing; bench/train.py still imports build_tiny_trunk from here
 from experts.testing import build_tiny_trunk, corpus_sample  # noqa: F401
+from worx.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,18 @@ _VOLATILE_CONFIG_KEYS = {
 }
 
 
-class TrunkError(ValueError):
+TRUNK_HINT = (
+    "give the directory of a Hugging Face causal LM (config.json, *.safetensors, tokenizer) "
+    "with --trunk or experts.trunk_dir (WORX_EXPERTS__TRUNK_DIR), or leave both unset for "
+    "the bundled trunk"
+)
+
+
+class TrunkError(UserError, ValueError):
     """A trunk directory that cannot be loaded (missing files, unknown architecture)."""
+
+    def __init__(self, message: str, hint: str = TRUNK_HINT) -> None:
+        super().__init__(message, hint)
 
 
 @dataclass
@@ -106,7 +117,8 @@ def _family_of(model: nn.Module) -> str:
         return "llama"
     raise TrunkError(
         f"unsupported architecture {type(model).__name__}: expected a GPT-2 layout "
-        "(transformer.h[i].mlp) or a Llama layout (model.layers[i].mlp)"
+        "(transformer.h[i].mlp) or a Llama layout (model.layers[i].mlp)",
+        "",
     )
 
 
@@ -121,9 +133,13 @@ def trunk_fingerprint(path: str | Path) -> str:
     weight bit or any computation-relevant config value changes.
     """
     root = Path(path)
+    if not root.exists():
+        raise TrunkError(f"trunk directory {root} does not exist")
+    if not root.is_dir():
+        raise TrunkError(f"trunk {root} is a file, not a model directory")
     config_file = root / "config.json"
     if not config_file.is_file():
-        raise TrunkError(f"{root} has no config.json: not a Hugging Face model directory")
+        raise TrunkError(f"trunk {root} has no config.json: not a Hugging Face model directory")
     config = json.loads(config_file.read_text(encoding="utf-8"))
     for key in _VOLATILE_CONFIG_KEYS:
         config.pop(key, None)
@@ -132,8 +148,9 @@ def trunk_fingerprint(path: str | Path) -> str:
     files = sorted(root.glob("*.safetensors"))
     if not files:
         raise TrunkError(
-            f"{root} has no *.safetensors weights; re-save the model with "
-            "save_pretrained(..., safe_serialization=True) (pickled .bin weights are refused)"
+            f"trunk {root} has no *.safetensors weights",
+            "re-save the model with save_pretrained(..., safe_serialization=True) "
+            "(pickled .bin weights are refused)",
         )
     names: dict[str, Path] = {}
     for file in files:

@@ -40,13 +40,17 @@ def server_from_config(config: Any, trunk_dir: str | None = None, store_dir: str
     from router.gate import Gate
 
     section = config.experts
+    store_path = paths.store_dir(config, store_dir)
+    if store_dir:  # named on the command line: it must exist (the configured one may not yet)
+        paths.existing_dir(store_path, "expert store", paths.STORE_HINT)
     trunk = load_trunk(
         paths.trunk_dir(config, trunk_dir), dtype=getattr(torch, section.trunk_dtype)
     )
     store = ExpertStore(
-        paths.store_dir(config, store_dir),
+        store_path,
         trunk.fingerprint,
         lru_budget_bytes=section.lru_budget_mb << 20,
+        create=False,  # the server only reads: until the trainer writes it, it looks empty
         **section.store_options(),
     )
     gate = Gate(section.gate_top_k, section.gate_temperature)
@@ -150,13 +154,17 @@ def build_monitor(
         from router.gate import Gate
         from trainer.recipes.dense import DenseConfig
 
+        store_path = paths.store_dir(config, store_dir)
+        if store_dir:  # named on the command line: it must exist
+            paths.existing_dir(store_path, "expert store", paths.STORE_HINT)
         trunk_path = paths.trunk_dir(config, trunk_dir)
         trunk = load_trunk(trunk_path, dtype=getattr(torch, config.experts.trunk_dtype))
         fingerprint = trunk.fingerprint
         store = ExpertStore(
-            paths.store_dir(config, store_dir),
+            store_path,
             fingerprint,
             config.experts.lru_budget_mb << 20,
+            create=False,  # the monitor only reads the store
             **config.experts.store_options(),
         )
         e = config.experts

@@ -1,6 +1,11 @@
 """The `worx` command line. Each subcommand lives in its own module under topology/commands/
 and exposes ``register(subparsers)``; modules are discovered, so adding one touches no other.
 Heavy imports (torch, faust) happen inside the command functions, to keep --help instant.
+
+A :class:`worx.errors.UserError` (a :class:`topology.config.ConfigError` is one) ends the
+command with one line on stderr, ``worx: <what is wrong>; <how to fix it>``, and exit code 2;
+``--debug`` or ``WORX_DEBUG=1`` re-raises it, with its traceback. Any other exception is a
+bug: its traceback is printed, followed by one line saying so.
 """
 
 from __future__ import annotations
@@ -8,11 +13,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
+import traceback
 
 import topology.commands
 from topology.config import ConfigError
+from worx.errors import UserError
+
+DEBUG_ENV = "WORX_DEBUG"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", help="path of worx.toml (default: $WORX_CONFIG or ./worx.toml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"show the traceback of a user error too (or set {DEBUG_ENV}=1)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     names = sorted(m.name for m in pkgutil.iter_modules(topology.commands.__path__))
     for name in names:
@@ -39,13 +54,25 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    debug = args.debug or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes", "on")
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
-        print(f"worx: configuration error: {exc}", file=sys.stderr)
+    except UserError as exc:
+        if debug:
+            raise
+        kind = "configuration error: " if isinstance(exc, ConfigError) else ""
+        print(f"worx: {kind}{exc.one_line()}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception:
+        traceback.print_exc()
+        print(
+            f"worx: unexpected error in `worx {args.command}`: this is a bug, not a mistake of "
+            "yours; please report it with the traceback above",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

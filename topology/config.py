@@ -37,10 +37,11 @@ from ingest.config import IngestConfig
 from monitor.config import MonitorConfig
 from router.config import RouterConfig
 from trainer.config import TrainerConfig
+from worx.errors import UserError, nearest
 
 
-class ConfigError(ValueError):
-    pass
+class ConfigError(UserError, ValueError):
+    """A setting (file or environment) that cannot be used; the message says which."""
 
 
 # librdkafka settings from the environment: variable prefix -> (section, field)
@@ -59,11 +60,14 @@ class KafkaConfig:
     partitions: int = 4  # partitions of the partitioned topics (docs, routed)
     replication_factor: int = 1
     session_timeout_ms: int = 10_000  # group joins take ~half of this on the embedded broker
+    connect_timeout_s: float = 10.0  # a cluster not answering by then: a one-line error
     client: dict[str, str] = dataclasses.field(default_factory=dict)  # raw librdkafka settings
 
     def validate(self) -> None:
         if self.partitions < 1 or self.replication_factor < 1:
             raise ValueError("kafka.partitions and kafka.replication_factor must be >= 1")
+        if self.connect_timeout_s <= 0:
+            raise ValueError("kafka.connect_timeout_s must be > 0")
         if not self.topic_prefix or any(c in self.topic_prefix for c in " /\\"):
             raise ValueError(
                 f"kafka.topic_prefix {self.topic_prefix!r} is not a valid topic prefix"
@@ -127,6 +131,7 @@ def load_config(
             raw = tomllib.loads(file.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{file} is not valid TOML: {exc}") from exc
+    _check_variable_names(env)
     origins = _apply_env(raw, env)
     try:
         return build(WorxConfig, raw, "", origins)
@@ -139,6 +144,48 @@ def load_config(
         if message == str(exc):
             raise
         raise ConfigError(message) from None
+
+
+# WORX_* variables that are not settings (read elsewhere; see the module docstring)
+OTHER_VARIABLES = ("WORX_CONFIG", "WORX_DEBUG", "WORX_BUNDLED_DATA")
+
+
+def setting_variables() -> list[str]:
+    """The name of every environment variable that sets a field of :class:`WorxConfig`."""
+    names = ["WORX_DATA_DIR"]
+    for section in dataclasses.fields(WorxConfig):
+        hint = typing.get_type_hints(WorxConfig)[section.name]
+        if dataclasses.is_dataclass(hint):
+            names += [f"WORX_{section.name}__{f.name}".upper() for f in dataclasses.fields(hint)]
+    return names
+
+
+def _check_variable_names(env: typing.Mapping[str, str]) -> None:
+    """Refuse a WORX_ variable that names no setting but looks like one (a typo), naming
+    it and the nearest valid variable; unrelated WORX_ variables are left alone."""
+    valid = setting_variables()
+    known = set(valid) | set(OTHER_VARIABLES)
+    for key in sorted(env):
+        if not key.startswith("WORX_") or key in known:
+            continue
+        if any(key[len("WORX_") :].startswith(route) for route in CLIENT_ROUTES):
+            continue
+        close = nearest(key, [*valid, *OTHER_VARIABLES], cutoff=0.85 if "__" not in key else 0.75)
+        client = {
+            "WORX_KAFKA__": "WORX_KAFKA_CLIENT__",
+            "WORX_INGEST__": "WORX_INGEST_SOURCE_CLIENT__",
+        }
+        section = next((s for s in client if key.startswith(s)), None)
+        if close is None and section is not None:  # most likely a librdkafka setting
+            close = f"{client[section]}{key[len(section) :]} (a librdkafka setting)"
+        if close is not None:
+            hint = f"did you mean {close}? (rename or unset {key})"
+        elif "__" in key:
+            sections = sorted({n.split("__")[0][5:].lower() for n in valid if "__" in n})
+            hint = f"settings are WORX_<SECTION>__<FIELD>, sections {', '.join(sections)}"
+        else:
+            continue  # not meant as a setting (another tool's variable)
+        raise ConfigError(f"environment variable {key} names no worx setting", hint)
 
 
 def _apply_env(raw: dict[str, Any], env: typing.Mapping[str, str]) -> dict[str, str]:

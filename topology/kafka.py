@@ -2,17 +2,22 @@
 
 Settings from ``[kafka.client]`` pass through to librdkafka untouched (SASL, TLS...).
 Consumers never auto-store offsets: an offset is stored only after every output of its
-message has been produced and flushed.
+message has been produced and flushed. :func:`require_reachable` checks a cluster answers
+before any client of a command starts, so an unreachable one is one line, not a flood of
+librdkafka's reconnect logs.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 
 from topology.config import KafkaConfig
+from worx.errors import UserError
 from worx.stage import Message
 
 log = logging.getLogger(__name__)
@@ -22,6 +27,53 @@ def client_conf(kafka: KafkaConfig, bootstrap_servers: str) -> dict[str, Any]:
     conf: dict[str, Any] = dict(kafka.client)
     conf["bootstrap.servers"] = bootstrap_servers
     return conf
+
+
+class ClusterUnreachable(UserError):
+    """The cluster did not answer a metadata request in time (the message says why)."""
+
+
+def require_reachable(
+    conf: dict[str, Any],
+    timeout_s: float = 10.0,
+    setting: str = "kafka.bootstrap_servers",
+    flag: str = "--bootstrap-servers",
+) -> None:
+    """Return once the cluster of ``conf`` answers a metadata request; raise
+    :class:`ClusterUnreachable` naming the address, librdkafka's errors summarised, and
+    ``setting`` (dotted: section.field) to change, if it does not within ``timeout_s``.
+    librdkafka's own log lines are silenced for the probe."""
+    errors: list[KafkaError] = []
+    probe = {**conf, "log_level": 0, "error_cb": errors.append}
+    admin = AdminClient(probe)
+    try:
+        admin.list_topics(timeout=timeout_s)
+        return
+    except KafkaException as exc:
+        admin.poll(0)  # serves the error callbacks queued meanwhile
+        errors = errors or [exc.args[0]]
+    section, field = setting.split(".", 1)
+    raise ClusterUnreachable(
+        f"cannot reach the Kafka cluster at {conf.get('bootstrap.servers')} within "
+        f"{timeout_s:g} s ({summarise_errors(errors)})",
+        f"start it or point [{section}] {field} / WORX_{section.upper()}__{field.upper()} "
+        f"(or {flag}) at a running one; [kafka] connect_timeout_s sets the wait",
+    )
+
+
+def summarise_errors(errors: list[KafkaError]) -> str:
+    """librdkafka's client errors as one phrase: the most frequent, with its count."""
+    counts: dict[str, int] = {}
+    for error in errors:
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            continue
+        text = re.sub(r"^\S+/(bootstrap|\d+): ", "", error.str())  # the broker's name
+        text = re.sub(r" \(after \d+ms in state \w+\)$", "", text)
+        counts[text] = counts.get(text, 0) + 1
+    if not counts:
+        return "no answer"
+    text, count = max(counts.items(), key=lambda item: item[1])
+    return f"{text}; {count} attempts" if count > 1 else text
 
 
 def make_producer(conf: dict[str, Any], **overrides: Any) -> Producer:

@@ -10,6 +10,9 @@ writes where ``worx serve``, ``worx monitor`` and ``worx experts`` read):
 - training jobs: ``--jobs-dir``, ``trainer.jobs_dir``; else ``<data_dir>/trainer/jobs``;
 - monitor state: ``--state-dir``, ``monitor.state_dir``; else ``<data_dir>/monitor``;
 - discover state: ``--snapshot``; else ``<data_dir>/discover/state.json``.
+
+A command that only reads a directory never creates it: :func:`existing_dir` refuses a
+missing one with a :class:`worx.errors.UserError` (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -17,7 +20,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from worx.errors import UserError
+
 PathLike = str | Path | None
+
+
+STORE_HINT = (
+    "pass --store DIR of an existing expert store (`worx trainer` writes one), or set "
+    "experts.store_dir / data_dir (WORX_EXPERTS__STORE_DIR, WORX_DATA_DIR)"
+)
+STATE_HINT = (
+    "pass --state-dir DIR of a `worx monitor` state directory, or set monitor.state_dir / "
+    "data_dir (WORX_MONITOR__STATE_DIR, WORX_DATA_DIR)"
+)
+
+
+def existing_dir(path: Path, what: str, hint: str) -> Path:
+    """``path`` if it is a directory; else UserError ``<what> <path> does not exist`` (or
+    is a file) with ``hint``. Creates nothing."""
+    if not path.exists():
+        raise UserError(f"{what} {path} does not exist", hint)
+    if not path.is_dir():
+        raise UserError(f"{what} {path} is a file, not a directory", hint)
+    return path
 
 
 def trunk_dir(config: Any, override: PathLike = None) -> Path:

@@ -96,7 +96,11 @@ class Topics:
 
 def ensure_configured_topics(admin_conf: dict[str, str], kafka: KafkaConfig) -> list[str]:
     """:func:`ensure_topics` with the ``[kafka]`` section's prefix, partitions and
-    replication factor (every command that creates topics goes through here)."""
+    replication factor (every command that creates topics goes through here), once the
+    cluster answers (else :class:`topology.kafka.ClusterUnreachable`, one line)."""
+    from topology.kafka import require_reachable
+
+    require_reachable(admin_conf, kafka.connect_timeout_s)
     return ensure_topics(
         admin_conf,
         prefix=kafka.topic_prefix,

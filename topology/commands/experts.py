@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,16 +43,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _store(args: argparse.Namespace, fingerprint: str | None = None, quarantine: bool = False):
+    """The store the arguments name; it must exist (a listing creates nothing)."""
     from experts.store import ExpertStore
     from topology.config import load_config
-    from topology.paths import store_dir
+    from topology.paths import STORE_HINT, existing_dir, store_dir
 
     config = load_config(args.config)
+    root = existing_dir(store_dir(config, args.store), "expert store", STORE_HINT)
     return ExpertStore(
-        store_dir(config, args.store),
-        fingerprint,
-        quarantine=quarantine,
-        **config.experts.store_options(),
+        root, fingerprint, quarantine=quarantine, create=False, **config.experts.store_options()
     )
 
 
@@ -107,6 +107,10 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_quarantined(args: argparse.Namespace) -> int:
-    for entry in _store(args).quarantined():
+    store = _store(args)
+    entries = store.quarantined()
+    for entry in entries:
         print(json.dumps(entry, sort_keys=True))
+    if not entries:  # on stderr: stdout stays JSON lines
+        print(f"nothing quarantined in {store.root}", file=sys.stderr)
     return 0

@@ -55,8 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from worx.errors import UserError
+
     try:
         return _run(args)
+    except UserError:
+        raise  # one line from the command line's handler
     except ValueError as exc:  # unusable state on disk, bad arguments: say what and how
         print(f"worx monitor: {exc}", file=sys.stderr)
         return 2
@@ -71,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
     from monitor.table import render
     from topology.assemble import build_monitor
     from topology.config import load_config
-    from topology.paths import monitor_state_dir
+    from topology.paths import STATE_HINT, existing_dir, monitor_state_dir
 
     log = logging.getLogger("worx.monitor")
     config = load_config(args.config)
@@ -80,6 +84,8 @@ def _run(args: argparse.Namespace) -> int:
             config, monitor=dataclasses.replace(config.monitor, baseline=args.baseline)
         )
     root = monitor_state_dir(config, args.state_dir)
+    if args.once or args.no_stream:  # read what is on disk: a missing directory is a mistake
+        existing_dir(root, "monitor state directory", STATE_HINT)
     if args.once:
         stage = build_monitor(
             config, root, with_model=args.evaluate, trunk_dir=args.trunk, store_dir=args.store

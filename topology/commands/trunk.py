@@ -161,11 +161,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def run_info(args: argparse.Namespace) -> int:
     target = Path(args.dir) if args.dir else _configured_trunk(args.config)
-    try:
-        info = describe_trunk(target)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"worx trunk info: {exc}", file=sys.stderr)
-        return 2
+    info = describe_trunk(target)  # a TrunkError is a user error: one line, exit 2
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -197,20 +193,23 @@ def describe_trunk(path: Path) -> dict:
 
     Raises
     ------
-    FileNotFoundError
-        If ``path`` has no ``config.json`` or no ``*.safetensors`` weights.
+    experts.trunk.TrunkError
+        If ``path`` does not exist, or has no ``config.json`` or no ``*.safetensors`` weights.
     """
     from safetensors import safe_open
 
+    from experts.trunk import TrunkError
     from trainer.pretrain_card import REPORT_NAME
 
+    if not path.exists():
+        raise TrunkError(f"trunk directory {path} does not exist")
     config_path = path / "config.json"
     if not config_path.is_file():
-        raise FileNotFoundError(f"{path} holds no config.json: not a Hugging Face model dir")
+        raise TrunkError(f"trunk {path} has no config.json: not a Hugging Face model directory")
     config = json.loads(config_path.read_text(encoding="utf-8"))
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
-        raise FileNotFoundError(f"{path} holds no *.safetensors weights")
+        raise TrunkError(f"trunk {path} has no *.safetensors weights")
     n_params, dtypes = 0, set()
     for file in weights:
         with safe_open(str(file), framework="pt") as handle:
