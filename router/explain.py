@@ -32,15 +32,17 @@ from typing import Any
 import numpy as np
 
 from router.gate import DomainExperts, Gate, GateDecision
+from router.naming import display_name
 from router.records import DomainRecord
 from router.table import DomainTable
 
 
 def domain_name(row: DomainRecord | None) -> str | None:
-    """A domain's human name: its ``name`` if the row has one, else its majority label."""
+    """A domain's human name (:func:`router.naming.display_name`), None when it has none."""
     if row is None:
         return None
-    return getattr(row, "name", None) or row.label_hint or None
+    name = display_name(row)
+    return name if name and name != row.domain_id else None
 
 
 def shown(domain_id: str | None, row: DomainRecord | None) -> str:
@@ -48,7 +50,7 @@ def shown(domain_id: str | None, row: DomainRecord | None) -> str:
     if domain_id is None:
         return "(none)"
     name = domain_name(row)
-    return f"{name} ({domain_id})" if name and name != domain_id else domain_id
+    return f"{name} ({domain_id})" if name else domain_id
 
 
 def explain_route(
