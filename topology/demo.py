@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,8 @@ class DemoPlan:
     quiet_s: float = 12.0  # the loop is done when nothing moved for this long at the end
     stage_env: dict[str, str] = field(default_factory=dict)
     serve: bool = True
+    store_dir: Path | None = None  # where the stages keep experts (None: <run_dir>/experts)
+    keep_serving: bool = False  # serve the finished run until Ctrl-C (topology/keep_serving.py)
 
 
 # Malformed lines mixed into the stream, as a real one would have: each must come out on
@@ -108,6 +111,7 @@ def run_demo(plan: DemoPlan, console: Console | None = None) -> dict:
             baseline=plan.baseline,
             serve=plan.serve,
             stage_env=plan.stage_env,
+            store_dir=plan.store_dir,
         )
         loop = start_loop(options, conf)
         try:
@@ -137,8 +141,7 @@ def run_demo(plan: DemoPlan, console: Console | None = None) -> dict:
                 dead = loop.watcher.state.dead_letters
                 routed = len(loop.watcher.state.routed_ids)
         finally:
-            loop.supervisor.stop_all()
-            loop.watcher.stop()
+            loop.stop()
     report = summarise(plan, labels, expert_domains)
     report.update(
         wall_s=round(time.monotonic() - started, 1),
@@ -149,10 +152,21 @@ def run_demo(plan: DemoPlan, console: Console | None = None) -> dict:
         dead_letters=dead,
         routed=routed,
         run_dir=str(plan.run_dir),
+        # where the run was served and its dashboard; live again after the run with
+        # --keep-serving (same ports), else `explore_command` serves it from its files
+        serve_url=loop.serve_url,
+        dashboard_url=loop.dashboard_url,
+        keep_serving=plan.keep_serving,
+        explore_command=explore_command(plan.run_dir),
     )
     atomic_write_json(plan.run_dir / "demo.json", report)
     print_summary(report, console)
     return report
+
+
+def explore_command(run_dir: Path) -> str:
+    """The one line that serves a finished run from its files (no broker)."""
+    return f"worx serve --run {shlex.quote(str(run_dir))}"
 
 
 def summarise(plan: DemoPlan, labels: dict[str, str], expert_domains: dict[str, str]) -> dict:

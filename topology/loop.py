@@ -18,9 +18,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
+from router.table_file import FILE as DOMAINS_FILE
+from router.table_file import SavedTable
 from topology.broker import free_port
 from topology.live_view import render
+from topology.run_dir import write_run_file
 from topology.supervisor import ChildSpec, Supervisor, worx_argv
+from topology.table_follower import TableFollower
 from topology.topics import Topics
 from topology.watch import LoopState, LoopWatcher
 
@@ -40,6 +44,8 @@ class LoopOptions:
     trainer_env: dict[str, str] = field(default_factory=dict)  # e.g. shorter training
     stage_env: dict[str, str] = field(default_factory=dict)  # WORX_* overrides for every stage
     host: str = "127.0.0.1"
+    store_dir: Path | None = None  # where the stages' store is (None: <run_dir>/experts)
+    monitor_dir: Path | None = None  # the monitor's state (None: <run_dir>/monitor)
 
 
 @dataclass
@@ -49,6 +55,14 @@ class RunningLoop:
     dashboard_url: str | None
     serve_url: str | None
     started: float
+    domains: TableFollower | None = None  # keeps <run_dir>/domains.json (topology/run_dir.py)
+
+    def stop(self) -> None:
+        """Stop every stage, the watcher and the table file's follower."""
+        self.supervisor.stop_all()
+        self.watcher.stop()
+        if self.domains is not None:
+            self.domains.stop()
 
 
 def stage_env(options: LoopOptions) -> dict[str, str]:
@@ -71,8 +85,24 @@ def stage_env(options: LoopOptions) -> dict[str, str]:
 def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
     """Start every stage process and the watcher; the caller feeds documents and waits."""
     options.run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_file(
+        options.run_dir,
+        options.trunk_dir,
+        options.store_dir or options.run_dir / "experts",
+        options.monitor_dir or options.run_dir / "monitor",
+    )
     supervisor = Supervisor(options.run_dir / "logs", base_env=stage_env(options))
     watcher = LoopWatcher(conf, Topics(options.topic_prefix)).start()
+    # the domain table kept in the run, so the finished run routes with no broker
+    saved = SavedTable(options.run_dir / DOMAINS_FILE)
+    domains = TableFollower(
+        conf,
+        Topics(options.topic_prefix).domains,
+        saved.apply,
+        dead_letters=False,  # the stages dead-letter the rows they refuse
+        name="run-domains",
+        lookup=lambda row: saved.table.get(row.domain_id),
+    ).start()
     supervisor.start(ChildSpec("route", worx_argv("route")))
     supervisor.start(ChildSpec("discover", worx_argv("discover")))
     supervisor.start(
@@ -91,7 +121,7 @@ def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
         argv = ["monitor", "--host", options.host, "--port", str(port)]
         argv.append("--baseline" if options.baseline else "--no-baseline")
         supervisor.start(ChildSpec("monitor", worx_argv(*argv)))
-    return RunningLoop(supervisor, watcher, dashboard_url, serve_url, time.monotonic())
+    return RunningLoop(supervisor, watcher, dashboard_url, serve_url, time.monotonic(), domains)
 
 
 def watch_live(

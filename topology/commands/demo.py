@@ -27,7 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "serve, monitor) as supervised processes, stream the bundled corpus as a company "
         "would (the trunk's own domains first, then new domains one after another, then a "
         "mixture, plus a few malformed records), and show live what happens. Ends with a "
-        "summary and writes the report (HTML, PNGs, JSON) into the run directory. Each run "
+        "summary and writes the report (HTML, PNGs, JSON) into the run directory, beside "
+        "the domain table (domains.json) and the experts, so that `worx serve --run DIR`, "
+        "`worx explain TEXT --run DIR` and `worx domains --run DIR` explore the finished run "
+        "with no broker (--keep-serving serves it and its dashboard for you). Each run "
         "gets a fresh directory; Ctrl-C stops everything it started.",
     )
     parser.add_argument("--out", default="worx-demo", help="parent of the run directories")
@@ -44,25 +47,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--mixture-docs", type=int, help="documents in the final mixture")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after seconds")
     parser.add_argument("--no-serve", action="store_true", help="do not start `worx serve`")
+    parser.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="after the run, serve it (worx serve --run) and its dashboard until Ctrl-C, on "
+        "the URLs the run used; without it the demo prints the command that serves it",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
     import json
     import os
 
     from rich.console import Console
 
     from experts.default_trunk import default_trunk_dir
+    from topology import keep_serving, paths
     from topology.config import load_config
     from topology.demo import DemoPlan, run_demo
     from topology.loop import StageFailed
 
     config = load_config(args.config)
     trunk = Path(args.trunk or config.experts.trunk_dir or default_trunk_dir())
-    run_dir = Path(args.out) / time.strftime("run-%Y%m%d-%H%M%S")
+    run_dir = (Path(args.out) / time.strftime("run-%Y%m%d-%H%M%S")).resolve()
     stage_env = {k: v for k, v in DEMO_STAGE_DEFAULTS.items() if k not in os.environ}
-    plan = DemoPlan(run_dir=run_dir.resolve(), trunk_dir=trunk.resolve(), stage_env=stage_env)
+    plan = DemoPlan(run_dir=run_dir, trunk_dir=trunk.resolve(), stage_env=stage_env)
+    # the stages' store: the configured one, else <run_dir>/experts (WORX_DATA_DIR=run_dir)
+    plan.store_dir = paths.store_dir(dataclasses.replace(config, data_dir=str(run_dir)))
+    plan.keep_serving = args.keep_serving
     if args.quick:
         for name, value in QUICK.items():
             setattr(plan, name, value)
@@ -88,4 +102,25 @@ def run(args: argparse.Namespace) -> int:
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(report, indent=2, sort_keys=True))
         console.print(f"summary JSON: {args.report_json}")
-    return 0 if report.get("finished") else 1
+    code = 0 if report.get("finished") else 1
+    if not args.keep_serving:
+        print(f"explore the finished run: {report['explore_command']}", flush=True)
+        return code
+    servers = keep_serving.start(
+        plan.run_dir, serve_url=report.get("serve_url"), dashboard_url=report.get("dashboard_url")
+    )
+    try:
+        keep_serving.wait_ready(servers)
+        # one plain line (no wrapping): scripts and tests read the URLs from it
+        print(
+            f"serving the finished run on {servers.serve_url} dashboard {servers.dashboard_url} "
+            "(Ctrl-C stops)",
+            flush=True,
+        )
+        keep_serving.serve_until_stopped(servers)
+    except keep_serving.ServingFailed as exc:
+        console.print(f"[red]worx demo: {exc}[/]")
+        return 1
+    finally:
+        servers.stop()
+    return code

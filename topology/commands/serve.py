@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "POST /score {text}, POST /generate {text, max_new_tokens}. Binds 127.0.0.1 unless "
         "told otherwise; limits, workers and the optional bearer token (serve.api_token, "
         "WORX_SERVE__API_TOKEN) are set in [serve]. Prints 'serving on http://HOST:PORT' when "
-        "ready; SIGTERM or Ctrl-C stops it.",
+        "ready; SIGTERM or Ctrl-C stops it. With --run DIR it serves a finished run from its "
+        "files instead (no broker, no registration while serving).",
     )
     parser.add_argument("--host", help="listen address (default: experts.serve_host, 127.0.0.1)")
     parser.add_argument(
@@ -33,6 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--bootstrap-servers",
         help="Kafka cluster (default: kafka.bootstrap_servers; empty: an embedded broker)",
+    )
+    parser.add_argument(
+        "--run",
+        metavar="DIR",
+        help="serve a finished run (a `worx demo` run directory, or the data_dir of `worx "
+        "up`) from its files: its trunk, expert store and domain table (domains.json), with "
+        "no broker and no topic followed; --trunk / --store override the run's own",
     )
     parser.set_defaults(func=run)
 
@@ -52,12 +60,14 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("worx.serve")
     config = load_config(args.config)
     section = config.experts
+    host = args.host or section.serve_host
+    port = section.serve_port if args.port is None else args.port
+    if args.run:
+        return serve_run(args, config, host, port)
     server = server_from_config(config, args.trunk, args.store)
     server.rebuild_from_store()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    host = args.host or section.serve_host
-    port = section.serve_port if args.port is None else args.port
     with bootstrap(args.bootstrap_servers or config.kafka.bootstrap_servers) as servers:
         conf = client_conf(config.kafka, servers)
         prefix = config.kafka.topic_prefix
@@ -90,4 +100,39 @@ def run(args: argparse.Namespace) -> int:
     if dead:
         log.error("stopped because a table follower stopped: %s", "; ".join(dead))
         return 3
+    return 0
+
+
+def serve_run(args: argparse.Namespace, config, host: str, port: int) -> int:
+    """``worx serve --run DIR``: the finished run's experts and domain table, no broker."""
+    import logging
+
+    from topology.http_api import make_http_server, options_from_config
+    from topology.run_dir import RunError, open_run, run_server
+
+    if args.bootstrap_servers:
+        raise RunError(
+            "--run serves a finished run from its files and follows no cluster",
+            "drop --bootstrap-servers, or drop --run to serve the live topics",
+        )
+    run = open_run(args.run)
+    server = run_server(config, run, args.trunk, args.store)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    httpd = make_http_server(server, host, port, **options_from_config(config.serve))
+    httpd.start()
+    bound_host, bound_port = httpd.server_address
+    logging.getLogger("worx.serve").info(
+        "run %s: %d experts, %d domains (no topic followed)",
+        run.root,
+        len(server.table),
+        len(server.domains),
+    )
+    print(f"serving on http://{bound_host}:{bound_port}", flush=True)
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        httpd.stop()
     return 0

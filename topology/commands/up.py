@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "as supervised processes against kafka.bootstrap_servers, with the trunk of "
         "experts.trunk_dir. A crashed stage is restarted alone. Shows the loop live until "
         "Ctrl-C or SIGTERM, then stops everything it started. State (expert store, "
-        "snapshots, monitor history) lives under data_dir.",
+        "snapshots, monitor history, and the domain table in <data_dir>/domains.json) lives "
+        "under data_dir: `worx serve --run <data_dir>` serves it with no cluster.",
     )
     parser.add_argument("--no-connect", action="store_true", help="do not start `worx connect`")
     parser.add_argument("--no-serve", action="store_true", help="do not start `worx serve`")
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from experts.default_trunk import default_trunk_dir
+    from topology import paths
     from topology.config import ConfigError, load_config
     from topology.kafka import client_conf
     from topology.loop import LoopOptions, StageFailed, start_loop, watch_live
@@ -57,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         config_path=args.config,
         serve=not args.no_serve,
         baseline=args.baseline,
+        store_dir=paths.store_dir(config),
+        monitor_dir=paths.monitor_state_dir(config),
     )
     console = Console()
     stop = threading.Event()
@@ -76,6 +80,5 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        loop.supervisor.stop_all()
-        loop.watcher.stop()
+        loop.stop()
     return 0
