@@ -1,4 +1,5 @@
-"""Domain id -> the name a person reads: the ``label_hint`` of the domain table, on disk.
+"""Domain id -> the name a person reads (:func:`router.naming.display_name` of the domain
+table's row, without the id fallback: its ``name``, else its ``label_hint``), on disk.
 
 The monitor follows the compacted ``<prefix>.domains`` topic (see
 :class:`topology.table_follower.TableFollower`) into :class:`DomainLabels`, which keeps
@@ -14,6 +15,7 @@ import logging
 import threading
 from pathlib import Path
 
+from router.naming import display_name
 from router.records import DomainRecord
 from worx.atomic import atomic_write_json
 
@@ -66,22 +68,24 @@ class DomainLabels:
         self._labels: dict[str, str] = load_labels(root) if root else {}
 
     def apply(self, row: DomainRecord) -> None:
-        """Take the row's ``label_hint`` (None forgets the label); save when it changed.
+        """Take the row's name (none forgets the label); save when it changed.
 
         Raises:
             RecordError: the row is invalid (nothing changes).
         """
         row.validated()
+        name = display_name(row)
+        name = None if name == row.domain_id else name
         with self._lock:
-            if self._labels.get(row.domain_id) == row.label_hint:
+            if self._labels.get(row.domain_id) == name:
                 return
-            if row.label_hint:
-                self._labels[row.domain_id] = row.label_hint
+            if name:
+                self._labels[row.domain_id] = name
             else:
                 self._labels.pop(row.domain_id, None)
             if self.path:
                 atomic_write_json(self.path, self._labels)
-        log.info("domain %s is labelled %r", row.domain_id, row.label_hint)
+        log.info("domain %s is named %r", row.domain_id, name)
 
     def snapshot(self) -> dict[str, str]:
         with self._lock:
