@@ -79,10 +79,16 @@ def open_run(path: str | Path) -> RunDir:
         monitor_dir=Path(recorded.get("monitor_dir") or root / "monitor"),
     )
     if not run.domains_file.exists():
+        copy = run.monitor_dir / DOMAINS_FILE  # the monitor's own copy, in the same format
+        hint = (
+            f"copy the monitor's copy into the run: cp {copy} {run.domains_file}"
+            if copy.is_file()
+            else "re-run `worx demo`, or follow a live cluster with --bootstrap-servers"
+        )
         raise RunError(
             f"{root} has no domain table ({DOMAINS_FILE}): not a run directory, or a run from "
             "before runs kept their table",
-            "re-run `worx demo`, or follow a live cluster with --bootstrap-servers",
+            hint,
         )
     return run
 

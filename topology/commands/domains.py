@@ -9,54 +9,30 @@ import json
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "domains",
-        help="list known domains: size, cohesion, thresholds, experts",
-        description="Read the compacted <prefix>.domains topic from the beginning and print "
-        "the latest row of every domain. The topic is read until nothing new arrives for "
-        "--wait seconds (the embedded broker cannot report end offsets reliably).",
+        help="list known domains: name, size, cohesion, thresholds, experts",
+        description="Print the latest row of every domain: from a finished run (--run DIR: "
+        "its domains.json, no broker), from a domains.json file (--domains FILE), or from "
+        "the compacted <prefix>.domains topic read from the beginning until nothing new "
+        "arrives for --wait seconds (the embedded broker cannot report end offsets "
+        "reliably).",
     )
-    parser.add_argument(
-        "--bootstrap-servers", help="Kafka cluster (default: kafka.bootstrap_servers)"
-    )
-    parser.add_argument(
-        "--wait",
-        type=float,
-        default=3.0,
-        help="stop reading after this many quiet seconds (default 3)",
-    )
+    from topology.domain_source import add_arguments
+
+    add_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object per domain")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import threading
-
     from rich.console import Console
     from rich.table import Table
 
-    from router.table import DomainTable
-    from topology.cli_common import servers_of
+    from router.naming import display_name
     from topology.config import load_config
-    from topology.kafka import client_conf
-    from topology.table_follower import TableFollower
-    from topology.topics import Topics
+    from topology.domain_source import domain_table
 
     config = load_config(args.config)
-    conf = client_conf(config.kafka, servers_of(config, args))
-    table = DomainTable()
-    arrived = threading.Event()
-
-    def apply(row):
-        table.apply(row)
-        arrived.set()
-
-    domains = Topics(config.kafka.topic_prefix).domains
-    # a listing writes nothing: the stages dead-letter the rows they refuse
-    follower = TableFollower(conf, domains, apply, dead_letters=False).start()
-    try:
-        while arrived.wait(args.wait):
-            arrived.clear()
-    finally:
-        follower.stop()
+    table, source = domain_table(args, config)
     rows = table.rows()
     if args.json:
         for row in rows:
@@ -64,32 +40,36 @@ def run(args: argparse.Namespace) -> int:
             body.pop("centroid")
             print(json.dumps(body))
         return 0
-    out = Table(title=f"{len(rows)} domain(s) on {Topics(config.kafka.topic_prefix).domains}")
+    out = Table(title=f"{len(rows)} domain(s) in {source}")
+    parents = any(row.parent_domain_id for row in rows)
     for column in (
         "domain",
+        "name",
         "status",
-        "label hint",
         "size",
         "cohesion",
         "threshold",
         "core thr.",
         "version",
         "experts",
-        "parent",
+        *(("parent",) if parents else ()),
     ):
-        out.add_column(column)
+        out.add_column(column, overflow="fold")  # a long id wraps, never loses its end
     for row in rows:
         out.add_row(
             row.domain_id,
+            display_name(row),
             row.status,
-            row.label_hint or "",
             str(row.size),
             f"{row.cohesion:.3f}",
             f"{row.threshold:.3f}",
             f"{row.core_threshold:.3f}",
             str(row.version),
             ", ".join(row.expert_ids) or "-",
-            row.parent_domain_id or "",
+            *((row.parent_domain_id or "",) if parents else ()),
         )
-    Console().print(out)
+    console = Console()
+    if not console.is_terminal:  # piped: as wide as the rows, not 80 columns
+        console = Console(width=200)
+    console.print(out)
     return 0
