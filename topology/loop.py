@@ -21,7 +21,7 @@ from rich.live import Live
 from router.table_file import FILE as DOMAINS_FILE
 from router.table_file import SavedTable
 from topology.broker import free_port
-from topology.live_view import render
+from topology.live_view import LiveView
 from topology.run_dir import write_run_file
 from topology.supervisor import ChildSpec, Supervisor, worx_argv
 from topology.table_follower import TableFollower
@@ -135,6 +135,7 @@ def watch_live(
     console = console or Console()
     deadline = time.monotonic() + timeout_s
     reached = False
+    view = LiveView(loop.started, loop.dashboard_url, loop.serve_url)
     with Live(console=console, refresh_per_second=2, transient=False) as live:
         while time.monotonic() < deadline:
             ended = loop.supervisor.poll()
@@ -148,7 +149,7 @@ def watch_live(
                 for name in loop.supervisor.children
             }
             with loop.watcher.lock:
-                live.update(render(loop.watcher.state, loop.started, loop.dashboard_url, stages))
+                live.update(view.render(loop.watcher.state, stages))
                 if done(loop.watcher.state):
                     reached = True
                     break
