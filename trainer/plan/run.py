@@ -1,0 +1,111 @@
+"""What a plan is asked about: the training shape and savers (:class:`RunShape`) and the
+machine (:class:`Hardware`), plus :func:`parse_bytes` for sizes such as ``80GiB``.
+
+Example
+-------
+>>> parse_bytes("80GiB"), parse_bytes("1.5T"), parse_bytes("512MB")
+(85899345920, 1500000000000, 512000000)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from trainer.optim import OPTIMIZERS
+from trainer.plan.shapes import dtype_bytes
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """``"80GiB"`` -> bytes (decimal k/M/G/T or binary KiB/MiB/GiB/TiB; a bare number: bytes)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"size {text!r}: write a number with a unit, e.g. 80GiB, 512MB, 2TB")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def parse_count(text: str) -> int:
+    """``"150M"`` -> 150000000 (k/M/G/B suffixes, decimal)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kKmMgGbB]?)\s*", str(text))
+    if match is None:
+        raise ValueError(f"count {text!r}: write a number, e.g. 150M, 2.5k, 1e6")
+    scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9}[match.group(2).lower()]
+    return int(float(match.group(1)) * scale)
+
+
+@dataclass(frozen=True)
+class RunShape:
+    micro_batch: int = 8  # rows per forward/backward
+    seq_len: int = 128  # tokens per row
+    grad_accum: int = 4  # micro-batches per optimizer step (offload costs are per step)
+    optimizer: str = "adamw8bit"  # the expert's optimizer: "adamw8bit" or "adamw" (fp32)
+    activation_checkpointing: bool = True  # recompute the trunk blocks the gradient passes
+    chunked_loss: bool = True  # the expert's loss in chunks of loss_chunk tokens
+    loss_chunk: int = 256  # tokens per chunk of the chunked loss
+    fused_frozen_mlp: bool = True  # GPT-2 frozen MLPs keep one tensor (trainer/frozen_mlp.py)
+    mmap_trunk: bool = True  # CPU: trunk memory-mapped from safetensors (else copied in)
+    offload_optimizer: bool = True  # GPU: allow optimizer state + master weights in host memory
+    trunk_dtype: str = "float32"  # dtype of the trunk in memory (float32, bfloat16, float16)
+    bf16_autocast: bool = True  # GPU: bf16 autocast (activations in bf16)
+    stream_layers: int = 2  # blocks held at once when the trunk is streamed from disk
+
+    def __post_init__(self) -> None:
+        if min(self.micro_batch, self.grad_accum, self.loss_chunk) < 1 or self.seq_len < 2:
+            raise ValueError("micro_batch, grad_accum and loss_chunk must be >= 1 and seq_len >= 2")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer {self.optimizer!r}: use one of {OPTIMIZERS}")
+        if self.stream_layers < 1:
+            raise ValueError("stream_layers must be >= 1")
+        dtype_bytes(self.trunk_dtype)  # raises for an unknown dtype
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per micro-batch."""
+        return self.micro_batch * self.seq_len
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpus: int = 0  # GPUs on the node (0: train on the CPU)
+    gpu_bytes: int = 80 * 2**30  # memory of each GPU
+    host_bytes: int = 64 * 2**30  # host RAM available to training
+    disk_bytes: int = 2 * 10**12  # free disk (NVMe) for the trunk file, store, checkpoints
+    gpu_flops: float = 989e12  # peak dense bf16 FLOP/s of one GPU (H100/H200 SXM)
+    host_flops: float = 2e11  # peak FLOP/s of the host CPU (2 AVX-512 cores, fp32: ~0.2 T)
+    mfu: float = 0.4  # model FLOP utilisation the tokens/s prediction assumes
+    disk_bytes_per_s: float = 2e9  # sequential read from disk (streamed trunk)
+    pcie_bytes_per_s: float = 25e9  # host <-> GPU copies (offloaded optimizer, streaming)
+    host_adam_params_per_s: float = 1e9  # a host-side Adam step (offloaded dense optimizer)
+
+    def __post_init__(self) -> None:
+        if self.gpus < 0:
+            raise ValueError("gpus must be >= 0")
+        if min(self.gpu_bytes, self.host_bytes, self.disk_bytes) < 0:
+            raise ValueError("memory and disk sizes must be >= 0")
+        if not 0 < self.mfu <= 1:
+            raise ValueError(f"mfu must be in (0, 1], got {self.mfu}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
