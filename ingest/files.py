@@ -25,8 +25,9 @@ from typing import Any
 
 from ingest.config import IngestConfig
 from ingest.readers import FileReader, RawInput
-from ingest.stage import NormaliseStage
+from ingest.stage import NormaliseStage, _lookup
 from worx.atomic import atomic_write_json
+from worx.errors import UserError
 from worx.sink import Sink
 from worx.stage import Emit, Message
 
@@ -35,8 +36,15 @@ log = logging.getLogger(__name__)
 CHECKPOINT_VERSION = 1
 
 
+MAPPING_SAMPLE = 50  # items of a file looked at before ingesting it, to check the mapping
+
+
 class IngestFileError(RuntimeError):
     """A file could not be read (not gzip though named so, truncated, unreadable)."""
+
+
+class MappingError(UserError, ValueError):
+    """The field mapping matches nothing in a file: every input would be dead-lettered."""
 
 
 @dataclass
@@ -120,7 +128,7 @@ class FileIngestor:
 
     def run(self, paths: Sequence[str | os.PathLike[str]]) -> IngestReport:
         start = time.monotonic()
-        readers = [FileReader(p, self.fmt, self.config.text_unit) for p in paths]
+        readers = check_files(paths, self.fmt, self.config)  # before anything is sent
         for reader in readers:
             self._ingest_file(reader)
             self.report.files += 1
@@ -205,13 +213,14 @@ class FileIngestor:
         try:
             state = json.loads(self.checkpoint.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(
-                f"checkpoint {self.checkpoint} is unreadable ({exc}); delete it to start over"
+            raise CheckpointError(
+                f"checkpoint {self.checkpoint} is unreadable ({exc})", "delete it to start over"
             ) from exc
         if state.get("version") != CHECKPOINT_VERSION:
-            raise ValueError(
+            raise CheckpointError(
                 f"checkpoint {self.checkpoint} has version {state.get('version')!r}, this build "
-                f"writes {CHECKPOINT_VERSION}; delete it to start over"
+                f"writes {CHECKPOINT_VERSION}",
+                "delete it to start over",
             )
         if state.get("target") != self.target:
             log.warning(
@@ -223,6 +232,72 @@ class FileIngestor:
             return
         self.state = state
         self.stage.restore(state.get("stage", {}))
+
+
+class CheckpointError(UserError, ValueError):
+    """A --checkpoint file this build cannot resume from."""
+
+
+def check_files(
+    paths: Sequence[str | os.PathLike[str]], fmt: str | None, config: IngestConfig
+) -> list[FileReader]:
+    """A reader per file, once :func:`check_mapping` found the mapping matches each."""
+    readers = [FileReader(p, fmt, config.text_unit) for p in paths]
+    for reader in readers:
+        check_mapping(reader, config)
+    return readers
+
+
+def check_mapping(reader: FileReader, config: IngestConfig) -> None:
+    """Raise :class:`MappingError` if the first :data:`MAPPING_SAMPLE` objects of a JSON-lines
+    or CSV/TSV file all lack ``config.text_field`` (and, for CSV, a header without a set
+    ``domain_field``), listing the fields found and suggesting the likeliest text field.
+    Plain text, unreadable files and files without objects are left to the ingest itself."""
+    if reader.fmt == "text":
+        return
+    objects: list[dict[str, Any]] = []
+    try:
+        for index, item in enumerate(reader):
+            if index >= MAPPING_SAMPLE:
+                break
+            obj = item.obj
+            if obj is None and item.error is None and reader.fmt == "jsonl":
+                try:
+                    obj = json.loads(item.value)
+                except (ValueError, RecursionError):
+                    continue
+            if isinstance(obj, dict):
+                objects.append(obj)
+    except (OSError, EOFError, UnicodeError, csv.Error):
+        return  # the ingest reports it, with how far it got
+    if not objects:
+        return
+    fields = list(dict.fromkeys(name for obj in objects for name in obj))
+    kind = "column" if reader.fmt in ("csv", "tsv") else "field"
+    found = f"{kind}s found: {', '.join(fields[:20])}{' ...' if len(fields) > 20 else ''}"
+    if not any(_lookup(obj, config.text_field) is not None for obj in objects):
+        guess = _likeliest_text(objects, fields)
+        hint = f"pass --text-field {guess}" if guess else "pass --text-field NAME"
+        where = "in the header" if kind == "column" else f"in the first {len(objects)} objects"
+        raise MappingError(
+            f"{reader.path}: no {kind} {config.text_field!r} (the text) {where}; {found}",
+            f"{hint} (or set ingest.text_field)",
+        )
+    if kind == "column" and config.domain_field and config.domain_field not in fields:
+        raise MappingError(
+            f"{reader.path}: no column {config.domain_field!r} (the domain label); {found}",
+            "pass --domain-field NAME of one of them, or leave it unset (ingest.domain_field)",
+        )
+
+
+def _likeliest_text(objects: list[dict[str, Any]], fields: list[str]) -> str | None:
+    """The field whose string values are longest on average in ``objects``."""
+    lengths = {
+        name: sum(len(v) for obj in objects if isinstance(v := obj.get(name), str))
+        for name in fields
+    }
+    best = max(fields, key=lambda name: lengths[name], default=None)
+    return best if best is not None and lengths[best] > 0 else None
 
 
 def _guarded(reader: FileReader) -> Iterator[tuple[int, RawInput]]:

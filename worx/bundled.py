@@ -33,11 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from worx.errors import UserError
+
 DATA_DIR_ENV = "WORX_BUNDLED_DATA"
 _SUFFIXES = (".jsonl.gz", ".jsonl")
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
     """A corpus directory or line that cannot be read (the message says where and why)."""
 
 

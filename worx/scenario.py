@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worx.bundled import CorpusError, corpus_dir, read_lines
+from worx.errors import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,10 @@ class Scenario:
         chosen = list(names) if names is not None else self.names
         unknown = [n for n in chosen if n not in self.domains]
         if unknown:
-            raise CorpusError(f"unknown domain(s) {unknown}; this corpus has {self.names}")
+            named = ", ".join(f"{n!r}{did_you_mean(n, self.names)}" for n in unknown)
+            raise CorpusError(
+                f"unknown domain(s) {named}", f"this corpus has {', '.join(self.names)}"
+            )
         return chosen
 
     def _shuffled(self, name: str, rng: random.Random) -> list[LabelledDoc]:

@@ -50,20 +50,28 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from ingest.files import FileIngestor, IngestFileError
+    from ingest.files import FileIngestor, IngestFileError, check_files
     from topology.cli_common import destination, ingest_config, stop_on_sigterm
     from topology.config import load_config
     from topology.kafka import client_conf, make_producer
     from topology.publisher import Publisher
     from topology.topics import Topics
+    from worx.errors import UserError
 
     console = Console(stderr=True)
     config = load_config(args.config)
     section = ingest_config(config, args)
+    for name in args.paths:
+        if Path(name).is_dir():
+            raise UserError(
+                f"{name} is a directory; worx ingest reads files (it has no recursive option)",
+                f"name the files, e.g. `worx ingest {name.rstrip('/')}/*.jsonl` (your shell "
+                "expands the pattern)",
+            )
     missing = [p for p in args.paths if not Path(p).is_file()]
     if missing:
-        console.print(f"[red]worx ingest: no such file: {', '.join(missing)}[/red]")
-        return 2
+        raise UserError(f"no such file: {', '.join(missing)}", "check the path(s)")
+    check_files(args.paths, args.format, section)  # a mapping that matches nothing: say so now
     stop_on_sigterm()
     with destination(config, args.bootstrap_servers) as (servers, embedded):
         if embedded:
