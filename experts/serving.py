@@ -36,7 +36,7 @@ from experts.records import ExpertRegistration
 from experts.store import ExpertRefused, ExpertStore
 from experts.table import ExpertTable
 from experts.trunk import Trunk
-from router.explain import domain_name, explain_route
+from router.explain import domain_name, explain_route, shown
 from router.gate import Gate, GateDecision
 from router.table import DomainTable
 from worx.ids import UnsafeIdError, validate_id
@@ -477,9 +477,9 @@ def _with_rerank(
 ) -> dict[str, Any]:
     """The explanation after the likelihood step re-ranked the gate's unsure decision."""
     changed = bool(seen.get("changed"))
-    losses = ", ".join(f"{d} {v:.3f}" for d, v in seen["losses"].items())
+    losses = ", ".join(f"{shown(d, domains.get(d))} {v:.3f}" for d, v in seen["losses"].items())
     verdict = (
-        f"it moved the text to {chosen.domain_id}"
+        f"it moved the text to {shown(chosen.domain_id, domains.get(chosen.domain_id))}"
         if changed
         else "no candidate's expert was clearly better: the gate's decision stands"
     )
@@ -503,7 +503,6 @@ def _with_rerank(
         }
         why["experts"] = chosen.weights
         why["served_by"] = "experts" if chosen.weights else "trunk"
-        why["served_why"] = "the likelihood step's choice: " + ", ".join(
-            f"{e} {w:.2f}" for e, w in chosen.weights.items()
-        )
+        name = shown(chosen.domain_id, domains.get(chosen.domain_id))
+        why["served_why"] = f"the experts of {name}, the likelihood step's choice"
     return why

@@ -163,5 +163,4 @@ def _served_why(decision: GateDecision, domains: DomainTable) -> str:
             f"{name} has no expert: the trunk serves it (a domain the trunk already knows, "
             "or its expert is not trained or not registered yet)"
         )
-    chosen = ", ".join(f"{e} {w:.2f}" for e, w in decision.weights.items())
-    return f"{name}'s experts by cosine to their centroids (softmax): {chosen}"
+    return f"the experts of {name} nearest the text (softmax of cosine / temperature)"

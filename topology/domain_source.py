@@ -14,7 +14,8 @@ import threading
 from typing import Any
 
 
-def add_arguments(parser: argparse.ArgumentParser, wait: bool = True) -> None:
+def add_arguments(parser: argparse.ArgumentParser, servers: bool = True) -> None:
+    """--run, --domains, --wait, and --bootstrap-servers unless the parser has its own."""
     source = parser.add_argument_group("domain table (one of)")
     source.add_argument(
         "--run", metavar="DIR", help="a finished run (worx demo's run directory, up's data_dir)"
@@ -22,16 +23,16 @@ def add_arguments(parser: argparse.ArgumentParser, wait: bool = True) -> None:
     source.add_argument(
         "--domains", metavar="FILE", help="a domains.json file (the topic's rows as a list)"
     )
-    source.add_argument(
-        "--bootstrap-servers", help="Kafka cluster (default: kafka.bootstrap_servers)"
-    )
-    if wait:
+    if servers:
         source.add_argument(
-            "--wait",
-            type=float,
-            default=3.0,
-            help="topic only: stop reading after this many quiet seconds (default 3)",
+            "--bootstrap-servers", help="Kafka cluster (default: kafka.bootstrap_servers)"
         )
+    source.add_argument(
+        "--wait",
+        type=float,
+        default=3.0,
+        help="topic only: stop reading after this many quiet seconds (default 3)",
+    )
 
 
 def domain_table(args: argparse.Namespace, config: Any, dim: int | None = None) -> tuple[Any, str]:

@@ -22,10 +22,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "once; runs until Ctrl-C or SIGTERM (or --idle-timeout).",
     )
     add_kafka_arguments(parser)
+    parser.add_argument(
+        "--explain",
+        metavar="TEXT|-|FILE",
+        help="run no worker: say which domain and experts this text gets and why (as `worx "
+        "explain`), e.g. on a finished run with --run DIR",
+    )
+    from topology import explain_cli
+
+    explain_cli.add_arguments(parser, servers=False)  # --bootstrap-servers is the worker's
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.explain is not None:
+        from topology import explain_cli
+
+        return explain_cli.run(args, args.explain)
+    return run_worker(args)
+
+
+def run_worker(args: argparse.Namespace) -> int:
     import threading
 
     from router.route import RouteStage
