@@ -50,10 +50,15 @@ from ingest.dead_letters import dead_letter
 from router.records import DomainRecord
 from router.table import DomainTable
 from topology.kafka import produce
+from worx.errors import UserError
 from worx.records import Record, RecordError
 from worx.stage import Message
 
 log = logging.getLogger(__name__)
+
+
+class TopicMissing(UserError, RuntimeError):
+    """The followed topic does not exist on the cluster."""
 
 
 class TableFollower:
@@ -140,14 +145,15 @@ class TableFollower:
         """Assign every partition of the topic from the beginning and start the thread.
 
         Raises:
-            RuntimeError: the topic does not exist (create the topics first).
+            TopicMissing: the topic does not exist (create the topics first).
         """
         metadata = self._consumer.list_topics(self.topic, timeout=15)
         info = metadata.topics.get(self.topic)
         if info is None or info.error is not None or not info.partitions:
-            raise RuntimeError(
-                f"topic {self.topic} does not exist; create topics first "
-                "(worx broker / ensure_topics)"
+            raise TopicMissing(
+                f"topic {self.topic} does not exist",
+                "create the topics first (any stage does, or `worx broker`), or set "
+                "kafka.topic_prefix (WORX_KAFKA__TOPIC_PREFIX) to the deployment's prefix",
             )
         self._consumer.assign(
             [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(info.partitions)]

@@ -26,6 +26,8 @@ from typing import Any
 
 from aiohttp import web
 
+from worx.errors import UserError
+
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -265,9 +267,15 @@ class BackgroundServer:
         return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
     def start(self) -> BackgroundServer:
-        """Bind and start serving; raises the bind error (port taken, bad address)."""
+        """Bind and start serving; a bind error (port taken, bad address) is a UserError."""
         self._thread.start()
         self._ready.wait()
+        if isinstance(self._failure, OSError):  # port taken, address not local: the user's to fix
+            raise UserError(
+                f"{self.name} cannot listen on {self.host}:{self.port} "
+                f"({self._failure.strerror or self._failure})",
+                "choose another --port (0 picks a free one) or --host",
+            ) from self._failure
         if self._failure is not None:
             raise self._failure
         return self

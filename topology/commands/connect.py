@@ -156,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
     from topology.cli_common import destination, ingest_config, stop_on_sigterm
     from topology.config import ConfigError, load_config
+    from topology.kafka import require_reachable
 
     console = Console(stderr=True)
     config = load_config(args.config)
@@ -177,6 +178,13 @@ def run(args: argparse.Namespace) -> int:
     stop_on_sigterm()
     stop = threading.Event()
     with destination(config, args.bootstrap_servers) as (servers, embedded):
+        if section.source_bootstrap_servers:  # another cluster: it must answer too
+            require_reachable(
+                {**section.source_client, "bootstrap.servers": section.source_bootstrap_servers},
+                config.kafka.connect_timeout_s,
+                setting="ingest.source_bootstrap_servers",
+                flag="--source-bootstrap-servers",
+            )
         if embedded:
             console.print(f"[yellow]temporary embedded broker at {servers}[/yellow]")
         progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), console=console)

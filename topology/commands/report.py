@@ -31,16 +31,17 @@ def run(args: argparse.Namespace) -> int:
     from monitor.live import LiveState
     from monitor.report import write_report
     from topology.config import load_config
-    from topology.paths import monitor_state_dir
+    from topology.paths import STATE_HINT, existing_dir, monitor_state_dir
+    from worx.errors import UserError
 
     config = load_config(args.config)
-    root = monitor_state_dir(config, args.state_dir)
+    root = existing_dir(
+        monitor_state_dir(config, args.state_dir), "monitor state directory", STATE_HINT
+    )
     if not (root / "history.json").exists():
-        print(
-            f"worx report: no history in {root}; run `worx monitor` first (or pass --state-dir)",
-            file=sys.stderr,
+        raise UserError(
+            f"no history in {root}", "run `worx monitor` first, or pass --state-dir DIR"
         )
-        return 2
     live = LiveState(root / "live.json").snapshot() if (root / "live.json").exists() else {}
     try:
         labels = load_labels(root)  # domain id -> name, kept by `worx monitor`
