@@ -129,11 +129,12 @@ def run_demo(plan: DemoPlan, console: Console | None = None) -> dict:
                 feed_done = loop.supervisor.exit_code("ingest") == 0
                 return loop_is_done(state, fed, plan.quiet_s, feed_done)
 
+            interrupted = False
             try:
                 finished = watch_live(loop, done, plan.timeout_s, console)
             except KeyboardInterrupt:  # stop everything, then report what happened so far
                 console.print("[yellow]interrupted: stopping every stage[/]")
-                finished = False
+                finished, interrupted = False, True
             with loop.watcher.lock:
                 labels = {d: r.label_hint or "?" for d, r in loop.watcher.state.domains.items()}
                 expert_domains = {e: r.domain_id for e, r in loop.watcher.state.experts.items()}
@@ -156,7 +157,8 @@ def run_demo(plan: DemoPlan, console: Console | None = None) -> dict:
         # --keep-serving (same ports), else `explore_command` serves it from its files
         serve_url=loop.serve_url,
         dashboard_url=loop.dashboard_url,
-        keep_serving=plan.keep_serving,
+        keep_serving=plan.keep_serving and not interrupted,
+        interrupted=interrupted,
         explore_command=explore_command(plan.run_dir),
     )
     atomic_write_json(plan.run_dir / "demo.json", report)

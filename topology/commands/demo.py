@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         Path(args.report_json).write_text(json.dumps(report, indent=2, sort_keys=True))
         console.print(f"summary JSON: {args.report_json}")
     code = 0 if report.get("finished") else 1
-    if not args.keep_serving:
+    if not report.get("keep_serving"):  # not asked, or Ctrl-C during the run
         print(f"explore the finished run: {report['explore_command']}", flush=True)
         return code
     servers = keep_serving.start(
