@@ -6,11 +6,16 @@ matplotlib and writes them to ``figures.json``; Prometheus exports them as gauge
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import time
 from typing import Any
 
 from monitor.history import RUNS, MatrixHistory
+
+log = logging.getLogger(__name__)
+LIVE_FILE = "live.json"  # the monitor's :class:`monitor.live.LiveState`, beside history.json
 
 
 def display_names(domains: list[str], labels: dict[str, str] | None) -> dict[str, str]:
@@ -78,7 +83,9 @@ def build_state(
     Parameters
     ----------
     live
-        :meth:`monitor.live.LiveState.snapshot` (stream rates, jobs, drift...), if running.
+        :meth:`monitor.live.LiveState.snapshot` (stream rates, jobs, drift...), if running;
+        None: the ``live.json`` saved beside the history, if any (a finished run's report
+        then shows its training spans and drift events too).
     store
         ``{"experts": n, "bytes": n, "quarantined": n}`` of the expert store, if known.
     labels
@@ -87,7 +94,9 @@ def build_state(
     runs = {run: _run_figures(history, run, labels) for run in RUNS}
     ours = runs["ours"]
     base = runs["dense_baseline"]
-    live = live or {}
+    live = _saved_live(history) if live is None else live
+    known = {d for fig in runs.values() if fig for d in fig["domains"]}
+    known |= {str(j.get("domain_id")) for j in live.get("jobs", {}).values() if j.get("domain_id")}
     weight_total = sum(len(w) for w in ours["weight_changes"]) if ours else 0
     headline = {
         "steps": len(ours["steps"]) if ours else 0,
@@ -105,7 +114,20 @@ def build_state(
     return {
         "generated_ms": int(time.time() * 1000),
         "headline": headline,
+        "names": display_names(sorted(known), labels),  # every domain id -> what to show
         "runs": runs,
         "live": live,
         "store": store or {},
     }
+
+
+def _saved_live(history: MatrixHistory) -> dict[str, Any]:
+    path = history.path.parent / LIVE_FILE
+    if not path.exists():
+        return {}
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        log.warning("%s not read (%s): the report shows no training spans", path, exc)
+        return {}
+    return body if isinstance(body, dict) else {}

@@ -9,220 +9,26 @@ from __future__ import annotations
 import base64
 import html
 import logging
-import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-import matplotlib.ticker
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.colors import TwoSlopeNorm  # noqa: E402
-
-from worx.atomic import atomic_write_bytes, atomic_write_json  # noqa: E402
+from monitor.plots import FIGURES
+from worx.atomic import atomic_write_bytes, atomic_write_json
 
 log = logging.getLogger(__name__)
 
-PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#65a30d"]
-INK = "#1f2937"
-MUTED = "#6b7280"
 
+def save_figure(build: Callable[[dict[str, Any]], Any], state: dict[str, Any], path: Path) -> None:
+    """Draw one figure of ``state`` and write it as a PNG (all of it: see monitor.plots)."""
+    import matplotlib.pyplot as plt
 
-def _style(ax: Any, title: str) -> None:
-    ax.set_title(title, loc="left", fontsize=12, fontweight="bold", color=INK, pad=10)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    for side in ("left", "bottom"):
-        ax.spines[side].set_color("#d1d5db")
-    ax.tick_params(colors=MUTED, labelsize=9)
-    ax.grid(axis="y", color="#f3f4f6", linewidth=1)
-    ax.set_axisbelow(True)
-
-
-def _delta(run: dict[str, Any]) -> list[list[float]]:
-    """Loss minus the best earlier loss, ``(steps, domains)``; NaN where undefined (row 0)."""
-    return [[math.nan if v is None else v for v in row] for row in run["forgetting_matrix"]]
-
-
-def _heatmap(ax: Any, run: dict[str, Any], title: str, span: float) -> None:
-    delta = _delta(run)
-    image = ax.imshow(
-        delta, cmap="RdYlGn_r", norm=TwoSlopeNorm(vcenter=0.0, vmin=-span, vmax=span), aspect="auto"
-    )
-    names = run.get("domain_names", run["domains"])
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
-    ax.set_yticks(
-        range(len(run["steps"])),
-        [f"{s}  {lab}" for s, lab in zip(run["steps"], run["step_labels"], strict=True)],
-    )
-    for i, row in enumerate(run["perplexity"]):
-        for j, ppl in enumerate(row):
-            if ppl is not None:
-                strong = not math.isnan(delta[i][j]) and abs(delta[i][j]) > 0.6 * span
-                ax.text(
-                    j,
-                    i,
-                    f"{ppl:.1f}",
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if strong else INK,
-                )
-    for j, arrived in enumerate(run["arrivals"]):
-        if arrived is not None:
-            ax.add_patch(plt.Rectangle((j - 0.5, arrived - 0.5), 1, 1, fill=False, lw=2, ec=INK))
-    ax.set_title(title, loc="left", fontsize=12, fontweight="bold", color=INK, pad=10)
-    ax.tick_params(colors=MUTED, labelsize=9, length=0)
-    for spine in ax.spines.values():
-        spine.set_visible(False)
-    bar = plt.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
-    bar.set_label("loss change vs best earlier step (nats/token)", color=MUTED, fontsize=8)
-    bar.ax.tick_params(labelsize=8, colors=MUTED)
-
-
-def plot_heatmap(state: dict[str, Any], path: Path) -> None:
-    runs = [(k, v) for k, v in state["runs"].items() if v]
-    fig, axes = plt.subplots(
-        1, len(runs), figsize=(6.2 * len(runs), 0.45 * max(len(v["steps"]) for _, v in runs) + 2.6)
-    )
-    axes = [axes] if len(runs) == 1 else list(axes)
-    names = {
-        "ours": "Experts (ours): perplexity per step",
-        "dense_baseline": "Dense fine-tuning (baseline)",
-    }
-    # one colour scale for every panel, so equal colours mean equal changes
-    span = max(
-        [abs(v) for _, run in runs for row in _delta(run) for v in row if not math.isnan(v)]
-        + [1e-6]
-    )
-    for ax, (key, run) in zip(axes, runs, strict=True):
-        _heatmap(ax, run, names.get(key, key), span)
-    fig.text(
-        0.01,
-        0.01,
-        "colour: loss change vs the domain's best earlier step (red = forgotten, green = "
-        "improved); boxed: the step where its own expert / fine-tune arrived",
-        fontsize=8,
-        color=MUTED,
-    )
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(path, dpi=130, facecolor="white")
-    plt.close(fig)
-
-
-def plot_perplexity(state: dict[str, Any], path: Path) -> None:
-    run = state["runs"]["ours"]
-    fig, ax = plt.subplots(figsize=(9, 4.2))
-    _style(ax, "Held-out perplexity per domain, as experts arrive")
-    for j, name in enumerate(run.get("domain_names", run["domains"])):
-        ys = [row[j] for row in run["perplexity"]]
-        color = PALETTE[j % len(PALETTE)]
-        ax.plot(run["steps"], ys, marker="o", ms=4, lw=2, color=color, label=name)
-    top = ax.get_ylim()[1]
-    for step, expert in zip(run["steps"], run["experts"], strict=True):
-        if expert:
-            ax.axvline(step, color="#9ca3af", lw=1, ls="--", zorder=0)
-            ax.text(
-                step, top, f" {expert}", rotation=90, va="top", ha="right", fontsize=7, color=MUTED
-            )
-    ax.set_xlabel(
-        "step (0 = trunk alone; i = after the i-th expert registration)", color=MUTED, fontsize=9
-    )
-    ax.set_ylabel("perplexity", color=MUTED, fontsize=9)
-    ax.set_xticks(run["steps"])
-    ax.legend(frameon=False, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=130, facecolor="white")
-    plt.close(fig)
-
-
-def plot_forgetting(state: dict[str, Any], path: Path) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    styles = {
-        "ours": (PALETTE[0], "experts (ours)"),
-        "dense_baseline": (PALETTE[6], "dense fine-tuning"),
-    }
-    for key, run in state["runs"].items():
-        if not run:
-            continue
-        color, label = styles[key]
-        f_avg = [math.nan if v is None else v for v in run["forgetting_avg"]]
-        f_max = [math.nan if v is None else v for v in run["forgetting_max"]]
-        bwt = [math.nan if v is None else v for v in run["backward_transfer"]]
-        axes[0].plot(run["steps"], f_avg, marker="o", lw=2, color=color, label=f"{label}: average")
-        axes[0].plot(
-            run["steps"], f_max, marker="^", lw=1.2, ls="--", color=color, label=f"{label}: max"
-        )
-        axes[1].plot(run["steps"], bwt, marker="o", lw=2, color=color, label=label)
-    _style(axes[0], "Forgetting (loss rise above best earlier value)")
-    _style(axes[1], "Backward transfer (>= 0: nothing forgotten)")
-    for ax in axes:
-        ax.axhline(0, color="#9ca3af", lw=1)
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        steps = [s for run in state["runs"].values() if run for s in run["steps"]]
-        ax.set_xlim(min(steps) - 0.2, max(steps) + 0.2)
-        ax.set_xlabel("step", color=MUTED, fontsize=9)
-        ax.set_ylabel("nats/token", color=MUTED, fontsize=9)
-        ax.legend(frameon=False, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130, facecolor="white")
-    plt.close(fig)
-
-
-def plot_timeline(state: dict[str, Any], path: Path) -> None:
-    run = state["runs"]["ours"]
-    jobs = state.get("live", {}).get("jobs", {})
-    fig, ax = plt.subplots(figsize=(9, 0.5 * max(len(jobs), len(run["steps"]) - 1, 1) + 1.6))
-    _style(ax, "Experts: training and registration")
-    ax.grid(axis="x", color="#f3f4f6")
-    t0 = min(
-        [r for r in run["created_ms"] if r]
-        + [j.get("first_ms") or j["updated_ms"] for j in jobs.values()]
-        or [0]
-    )
-    labels = []
-    if jobs:
-        for i, (job_id, job) in enumerate(sorted(jobs.items(), key=lambda kv: kv[1]["updated_ms"])):
-            start = ((job.get("first_ms") or job["updated_ms"]) - t0) / 1000
-            end = (job["updated_ms"] - t0) / 1000
-            done = job.get("total_steps") and job.get("step", 0) / job["total_steps"]
-            color = {"finished": PALETTE[2], "failed": PALETTE[6]}.get(job.get("state"), PALETTE[0])
-            ax.barh(i, max(end - start, 0.5), left=start, color=color, alpha=0.85, height=0.6)
-            ax.text(
-                end,
-                i,
-                f"  {job.get('state')} {100 * (done or 0):.0f}%",
-                va="center",
-                fontsize=8,
-                color=MUTED,
-            )
-            labels.append(job.get("domain_id") or job_id[:10])
-    else:
-        arrivals = zip(run["steps"][1:], run["experts"][1:], run["created_ms"][1:], strict=True)
-        for i, (step, expert, created) in enumerate(arrivals):
-            x = (created - t0) / 1000
-            ax.scatter([x], [i], s=90, marker="D", color=PALETTE[i % len(PALETTE)], zorder=3)
-            domain = run["step_labels"][step].lstrip("+")
-            ax.text(x, i, f"   step {step}: {domain}", va="center", fontsize=8, color=MUTED)
-            labels.append(expert)
-        lo, hi = ax.get_xlim()
-        ax.set_xlim(min(-0.5, lo), hi + 0.25 * (hi - lo))  # room for the labels
-    ax.set_yticks(range(len(labels)), labels)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds since the first event", color=MUTED, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130, facecolor="white")
-    plt.close(fig)
-
-
-PLOTS = {
-    "heatmap.png": plot_heatmap,
-    "perplexity.png": plot_perplexity,
-    "forgetting.png": plot_forgetting,
-    "timeline.png": plot_timeline,
-}
+    fig = build(state)
+    try:
+        fig.savefig(path, dpi=130, facecolor="white")
+    finally:
+        plt.close(fig)
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -246,15 +52,15 @@ def write_report(state: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
-    for name, plot in PLOTS.items():
-        plot(state, out / name)
+    for name, build in FIGURES.items():
+        save_figure(build, state, out / name)
         written[name] = out / name
     atomic_write_json(out / "figures.json", state)
     written["figures.json"] = out / "figures.json"
     images = "".join(
         f'<figure><img alt="{n}" src="data:image/png;base64,'
         f'{base64.b64encode((out / n).read_bytes()).decode()}"></figure>'
-        for n in PLOTS
+        for n in FIGURES
     )
     atomic_write_bytes(out / "report.html", _html(state, images).encode())
     written["report.html"] = out / "report.html"
