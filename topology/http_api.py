@@ -9,7 +9,9 @@ Routes (JSON in, JSON out):
   experts used (and the domain the gate gave the text); ``"explain": true`` adds
   ``explain``: the nearest domains with cosine and threshold, the rule that decided and
   why, the likelihood step if it ran, and the perplexity with the experts and without
-* ``POST /generate`` ``{"text", "max_new_tokens"?, "experts"?}``  greedy continuation
+* ``POST /generate`` ``{"text", "max_new_tokens"?, "experts"?, "temperature"?, "top_p"?,
+  "top_k"?, "seed"?}``  continuation: greedy by default (temperature 0), else sampled with
+  the seed (the same seed, the same text; see :mod:`experts.sampling`)
 
 Every error answers ``{"error": reason}``: 421 a Host header that names another server
 (DNS rebinding; see ``allowed_hosts``), 400 a bad request (bad JSON, NaN/Infinity, a
@@ -36,6 +38,7 @@ from typing import Any
 
 from aiohttp import web
 
+from experts.sampling import SamplingError, parse_sampling
 from experts.serving import ExpertServer, RequestError
 from worx.ids import UnsafeIdError, validate_id
 from worx.web import (
@@ -155,7 +158,11 @@ class ServeAPI:
         if isinstance(max_new, bool) or not isinstance(max_new, int):
             raise HttpError(400, "'max_new_tokens' must be an integer")
         weights = _weights(body.get("experts"))
-        result = await self._run(self.server.generate, text, max_new, weights)
+        try:
+            sampling = parse_sampling(body)  # none of temperature/top_p/top_k/seed: greedy
+        except SamplingError as exc:
+            raise HttpError(400, str(exc)) from None
+        result = await self._run(self.server.generate, text, max_new, weights, sampling)
         return _json({**result, "truncated": result["truncated"] or cut})
 
     # ------------------------------------------------------------------ helpers
