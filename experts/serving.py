@@ -33,6 +33,7 @@ from experts.likelihood_routing import LikelihoodRouter
 from experts.manifest import Manifest
 from experts.mixture import Mixture
 from experts.records import ExpertRegistration
+from experts.sampling import Sampling, sample, stop_ids_of
 from experts.store import ExpertRefused, ExpertStore
 from experts.table import ExpertTable
 from experts.trunk import Trunk
@@ -401,9 +402,14 @@ class ExpertServer:
         }
 
     def generate(
-        self, text: str, max_new_tokens: int = 32, expert_weights: dict[str, float] | None = None
+        self,
+        text: str,
+        max_new_tokens: int = 32,
+        expert_weights: dict[str, float] | None = None,
+        sampling: Sampling | None = None,
     ) -> dict[str, Any]:
-        """Greedy continuation of ``text`` under the mixture the gate picks."""
+        """Continuation of ``text`` under the mixture the gate picks: greedy, or drawn as
+        ``sampling`` says (:mod:`experts.sampling`; the same seed gives the same text)."""
         bound = min(self.max_new_tokens, self.max_tokens - 1)
         if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= bound:
             raise RequestError(f"'max_new_tokens' must be an int in [1, {bound}]")
@@ -414,21 +420,26 @@ class ExpertServer:
         def work(table: ExpertTable) -> dict[str, Any]:
             weights, routing = self._weights(text, table, expert_weights)
             mixture = Mixture(self.trunk, table)
+            model = self.trunk.model
             with torch.no_grad(), mixture.routing([weights]):
-                out = self.trunk.model.generate(
-                    input_ids=input_ids,
-                    attention_mask=torch.ones_like(input_ids),
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    pad_token_id=tokenizer.pad_token_id,
-                )
-            new = out[0, input_ids.shape[1] :].tolist()
+                if sampling is None:
+                    out = model.generate(
+                        input_ids=input_ids,
+                        attention_mask=torch.ones_like(input_ids),
+                        max_new_tokens=max_new_tokens,
+                        do_sample=False,
+                        pad_token_id=tokenizer.pad_token_id,
+                    )
+                    new = out[0, input_ids.shape[1] :].tolist()
+                else:
+                    new = sample(model, input_ids, max_new_tokens, sampling, stop_ids_of(model))
             return {
                 "experts": weights,
                 **routing,
                 "table_version": table.version,
                 "continuation": tokenizer.decode(new, skip_special_tokens=True),
                 "new_tokens": len(new),
+                "sampling": None if sampling is None else sampling.to_dict(),
                 "truncated": cut,
             }
 
