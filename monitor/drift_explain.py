@@ -41,6 +41,7 @@ class Explained:
     domain: str  # "name (id)", or "-" for an event about no one domain
     led_to: str  # the job it started and its outcome, or why nothing
     created_ms: int
+    domain_id: str | None = None
 
 
 def _get(item: Any, key: str, default: Any = None) -> Any:
@@ -102,6 +103,7 @@ def explain(
                 _named(domain, names),
                 led_to,
                 int(_get(event, "created_ms", 0) or 0),
+                domain,
             )
         )
     return out

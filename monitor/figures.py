@@ -6,16 +6,20 @@ matplotlib and writes them to ``figures.json``; Prometheus exports them as gauge
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
+from monitor.drift_explain import explain, tally
 from monitor.history import RUNS, MatrixHistory
 
 log = logging.getLogger(__name__)
 LIVE_FILE = "live.json"  # the monitor's :class:`monitor.live.LiveState`, beside history.json
+JOBS_FILE = "jobs.json"  # the training jobs the monitor saw (job id -> TrainJob), beside it
 
 
 def display_names(domains: list[str], labels: dict[str, str] | None) -> dict[str, str]:
@@ -77,8 +81,10 @@ def build_state(
     live: dict[str, Any] | None = None,
     store: dict[str, Any] | None = None,
     labels: dict[str, str] | None = None,
+    jobs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The whole picture: ``{"runs": {"ours", "dense_baseline"}, "live", "store", "headline"}``.
+    """The whole picture: ``{"runs": {"ours", "dense_baseline"}, "live", "store", "headline",
+    "names", "drift"}``.
 
     Parameters
     ----------
@@ -89,12 +95,17 @@ def build_state(
     store
         ``{"experts": n, "bytes": n, "quarantined": n}`` of the expert store, if known.
     labels
-        Domain id -> given label (e.g. the majority label of its documents), for display.
+        Domain id -> its name (:func:`router.naming.display_name`), for display.
+    jobs
+        Job id -> :class:`router.records.TrainJob` fields (the monitor's ``jobs``), so each
+        drift event can be paired with the job it started; None: the ``jobs.json`` saved
+        beside the history, if any.
     """
     runs = {run: _run_figures(history, run, labels) for run in RUNS}
     ours = runs["ours"]
     base = runs["dense_baseline"]
-    live = _saved_live(history) if live is None else live
+    live = _saved(history, LIVE_FILE) if live is None else live
+    jobs = _saved(history, JOBS_FILE) if jobs is None else jobs
     known = {d for fig in runs.values() if fig for d in fig["domains"]}
     known |= {str(j.get("domain_id")) for j in live.get("jobs", {}).values() if j.get("domain_id")}
     weight_total = sum(len(w) for w in ours["weight_changes"]) if ours else 0
@@ -114,20 +125,28 @@ def build_state(
     return {
         "generated_ms": int(time.time() * 1000),
         "headline": headline,
-        "names": display_names(sorted(known), labels),  # every domain id -> what to show
+        "names": (names := display_names(sorted(known), labels)),  # domain id -> its name
+        "drift": {  # each event: what fired, on which domain, what it led to
+            "tally": tally(live.get("drift", [])),
+            "events": [
+                dataclasses.asdict(e)
+                for e in explain(live.get("drift", []), jobs.values(), live.get("jobs", {}), names)
+            ],
+        },
         "runs": runs,
         "live": live,
         "store": store or {},
     }
 
 
-def _saved_live(history: MatrixHistory) -> dict[str, Any]:
-    path = history.path.parent / LIVE_FILE
+def _saved(history: MatrixHistory, name: str) -> dict[str, Any]:
+    """A JSON object the monitor keeps beside the history (``{}`` if absent or unreadable)."""
+    path = history.path.parent / name
     if not path.exists():
         return {}
     try:
         body = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        log.warning("%s not read (%s): the report shows no training spans", path, exc)
+        log.warning("%s not read (%s): the figures go without it", path, exc)
         return {}
     return body if isinstance(body, dict) else {}

@@ -2,6 +2,11 @@
 
 Reading the state on scrape (instead of setting gauges as events arrive) means a domain
 or a job that disappears never leaves a stale series behind.
+
+Per-domain series are keyed by ``domain`` (the id) and carry the domain's ``name`` as a
+second label (the id where it has none), so a graph's legend can read ``{{name}}``;
+``worx_domain_info{domain, name}`` (always 1) lists them all for joins. The client library
+escapes label values (quotes, backslashes).
 """
 
 from __future__ import annotations
@@ -24,20 +29,32 @@ class WorxCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         state = self.get_state()
+        names: dict[str, str] = state.get("names") or {}
+
+        def name(domain: str) -> str:
+            return names.get(domain) or domain
+
+        info = GaugeMetricFamily(
+            "worx_domain_info", "A known domain: its id and its name (always 1)",
+            labels=["domain", "name"],
+        )  # fmt: skip
+        for domain in sorted(names):
+            info.add_metric([domain, name(domain)], 1.0)
+        yield info
         loss = GaugeMetricFamily(
             "worx_domain_loss",
             "Held-out loss (nats/token) at the latest step",
-            labels=["run", "domain"],
+            labels=["run", "domain", "name"],
         )
         ppl = GaugeMetricFamily(
             "worx_domain_perplexity",
             "Held-out perplexity at the latest step",
-            labels=["run", "domain"],
+            labels=["run", "domain", "name"],
         )
         forg = GaugeMetricFamily(
             "worx_domain_forgetting",
             "Loss rise above the best earlier value",
-            labels=["run", "domain"],
+            labels=["run", "domain", "name"],
         )
         favg = GaugeMetricFamily(
             "worx_forgetting_avg", "Average forgetting over learned domains", labels=["run"]
@@ -60,10 +77,10 @@ class WorxCollector(Collector):
             last = fig["loss"][-1]
             for j, domain in enumerate(fig["domains"]):
                 if last[j] is not None:
-                    loss.add_metric([run, domain], last[j])
-                    ppl.add_metric([run, domain], fig["perplexity"][-1][j])
+                    loss.add_metric([run, domain, name(domain)], last[j])
+                    ppl.add_metric([run, domain, name(domain)], fig["perplexity"][-1][j])
                 if fig["forgetting_now"][j] is not None:
-                    forg.add_metric([run, domain], fig["forgetting_now"][j])
+                    forg.add_metric([run, domain, name(domain)], fig["forgetting_now"][j])
             for family, key in (
                 (favg, "forgetting_avg"),
                 (fmax, "forgetting_max"),
@@ -77,12 +94,12 @@ class WorxCollector(Collector):
         share = GaugeMetricFamily(
             "worx_routing_changed_share",
             "Share of held-out docs re-routed by the latest step",
-            labels=["domain"],
+            labels=["domain", "name"],
         )
         delta = GaugeMetricFamily(
             "worx_routing_loss_delta",
             "Loss change caused by re-routed docs at the latest step",
-            labels=["domain"],
+            labels=["domain", "name"],
         )
         weights = GaugeMetricFamily(
             "worx_weight_changes",
@@ -91,9 +108,9 @@ class WorxCollector(Collector):
         experts = GaugeMetricFamily("worx_experts", "Experts registered (evaluated)")
         if ours:
             for domain, v in ours["routing_changed"][-1].items():
-                share.add_metric([domain], v)
+                share.add_metric([domain, name(domain)], v)
             for domain, v in ours["routing_loss_delta"][-1].items():
-                delta.add_metric([domain], v)
+                delta.add_metric([domain, name(domain)], v)
             weights.add_metric([], len(ours["weight_changes"][-1]))
         experts.add_metric([], state["headline"]["experts"])
         yield from (share, delta, weights, experts)
@@ -114,12 +131,12 @@ class WorxCollector(Collector):
         progress = GaugeMetricFamily(
             "worx_train_progress",
             "Training progress (0..1) of the latest job of a domain",
-            labels=["domain", "state"],
+            labels=["domain", "name", "state"],
         )
         tloss = GaugeMetricFamily(
             "worx_train_loss",
             "Latest training loss of the latest job of a domain",
-            labels=["domain"],
+            labels=["domain", "name"],
         )
         latest: dict[str, dict[str, Any]] = {}
         for job in live.get("jobs", {}).values():
@@ -134,9 +151,9 @@ class WorxCollector(Collector):
                 else (job.get("step", 0) / total if total else 0.0)
             )
             state = job.get("state", "")
-            progress.add_metric([domain, state if state in STATES else "other"], done)
+            progress.add_metric([domain, name(domain), state if state in STATES else "other"], done)
             if job.get("loss") is not None:
-                tloss.add_metric([domain], job["loss"])
+                tloss.add_metric([domain, name(domain)], job["loss"])
         rate = GaugeMetricFamily(
             "worx_stream_rate", "Messages per second over the last minute", labels=["topic"]
         )

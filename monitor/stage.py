@@ -214,7 +214,11 @@ class MonitorStage:
 
     def state(self) -> dict[str, Any]:
         return build_state(
-            self.history, self.live.snapshot(), self.store_info(), self.labels.snapshot()
+            self.history,
+            self.live.snapshot(),
+            self.store_info(),
+            self.labels.snapshot(),
+            jobs=dict(self.jobs),
         )
 
 

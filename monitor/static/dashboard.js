@@ -23,10 +23,19 @@ function html(tag, attrs, parent, text) {
 function fmt(v, d = 3) { return v === null || v === undefined ? "–" : Number(v).toFixed(d); }
 function fresh(id) { const box = document.getElementById(id); box.replaceChildren(); return box; }
 
-// Domain id -> the name a person reads (the domain table's label), filled by render().
+// Domain id -> the name a person reads (the domain table's name or label), filled by render().
 let DOMAIN_NAMES = {};
 function names(run) { return run.domain_names || run.domains; }
 function dn(id) { return (id && DOMAIN_NAMES[id]) || id; }
+// The name with the id beside it (ids stay the keys a person can search logs for).
+function dnFull(id) {
+  const span = html("span", { class: "dom", "data-domain": id || "" });
+  if (!id) { span.textContent = "–"; return span; }
+  const name = dn(id);
+  if (name !== id) { html("span", {}, span, name); html("span", { class: "id" }, span, ` ${id}`); }
+  else span.textContent = id;
+  return span;
+}
 
 // Diverging colour: green (improved) .. pale yellow (0) .. red (forgotten).
 function colour(delta, span) {
@@ -73,45 +82,66 @@ function drawHeatmap(id, run, span) {
   });
 }
 
+// Ticks of a log axis spanning 10^lo..10^hi: powers of ten over two decades or more,
+// else 1-2-5 steps, else four steps evenly spaced in log space.
+function logTicks(lo, hi) {
+  const within = v => Math.log10(v) >= lo && Math.log10(v) <= hi;
+  const powers = [];
+  for (let k = Math.ceil(lo); k <= Math.floor(hi); k++) powers.push(10 ** k);
+  if (powers.length >= 3) return powers;
+  const steps = [];
+  for (let k = Math.floor(lo); k <= Math.ceil(hi); k++) [1, 2, 5].forEach(m => steps.push(m * 10 ** k));
+  const nice = steps.filter(within);
+  if (nice.length >= 3) return nice;
+  return [0, 1, 2, 3].map(k => Number((10 ** (lo + (hi - lo) * (k + 0.5) / 4)).toPrecision(2)));
+}
+
 function lineChart(box, opts) {
-  // opts: {series:[{name,color,points:[[x,y|null]],cls,dash}], xs, markers:[[x,label]], ylabel, height}
-  const w = Math.max(420, box.clientWidth || 760), h = opts.height || 300, l = 56, t = 14, b = 34;
-  const r = Math.min(190, 24 + 7 * Math.max(...opts.series.map(s => s.name.length)));
+  // opts: {series:[{name,legend,color,points:[[x,y|null]],cls,dash}], xs, xticks, markers:[x],
+  //        log, zero, height}; markers are dashed lines only: no text is drawn over the data
+  const w = Math.max(420, box.clientWidth || 760), h = opts.height || 300, l = 64, t = 14;
+  const b = opts.xticks ? 48 : 34;
+  const r = Math.min(210, 24 + 7 * Math.max(...opts.series.map(s => (s.legend || s.name).length)));
   const svg = el("svg", { viewBox: `0 0 ${w} ${h}`, width: "100%", class: opts.cls || "chart" }, box);
-  const ys = opts.series.flatMap(s => s.points.map(p => p[1]).filter(v => v !== null && Number.isFinite(v)));
+  const usable = v => v !== null && Number.isFinite(v) && (!opts.log || v > 0);
+  const ys = opts.series.flatMap(s => s.points.map(p => p[1]).filter(usable));
   if (!ys.length) { html("p", { class: "empty" }, box, "nothing to plot yet"); return svg; }
-  let lo = Math.min(...ys), hi = Math.max(...ys);
+  const f = opts.log ? Math.log10 : (v => v);  // the axis is linear in f(y)
+  let lo = f(Math.min(...ys)), hi = f(Math.max(...ys));
   if (opts.zero) { lo = Math.min(lo, 0); hi = Math.max(hi, 0); }
   if (hi - lo < 1e-9) { hi += 0.5; lo -= 0.5; }
   const pad = (hi - lo) * 0.08; lo -= pad; hi += pad;
   const xs = opts.xs, x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
-  const X = x => l + (w - l - r) * (x - x0) / (x1 - x0), Y = y => t + (h - t - b) * (1 - (y - lo) / (hi - lo));
-  for (let k = 0; k <= 4; k++) {
-    const v = lo + (hi - lo) * k / 4;
+  const X = x => l + (w - l - r) * (x - x0) / (x1 - x0), Y = y => t + (h - t - b) * (1 - (f(y) - lo) / (hi - lo));
+  const ticks = opts.log ? logTicks(lo, hi) : [0, 1, 2, 3, 4].map(k => lo + (hi - lo) * k / 4);
+  if (opts.log) svg.setAttribute("data-scale", "log");
+  ticks.forEach(v => {
     el("line", { x1: l, x2: w - r, y1: Y(v), y2: Y(v), stroke: "#f1f5f9" }, svg);
-    el("text", { x: l - 6, y: Y(v) + 4, "text-anchor": "end", "font-size": 11, fill: "#6b7280" }, svg, v.toPrecision(3));
-  }
+    el("text", { x: l - 6, y: Y(v) + 4, "text-anchor": "end", "font-size": 11, fill: "#6b7280", class: "ytick" },
+       svg, opts.log ? v.toLocaleString("en") : v.toPrecision(3));
+  });
   if (opts.zero && lo < 0 && hi > 0) el("line", { x1: l, x2: w - r, y1: Y(0), y2: Y(0), stroke: "#9ca3af" }, svg);
-  xs.forEach(x => el("text", { x: X(x), y: h - b + 16, "text-anchor": "middle", "font-size": 11, fill: "#6b7280" }, svg, x));
-  el("text", { x: l, y: h - 4, "font-size": 11, fill: "#6b7280" }, svg, opts.xlabel || "step");
-  (opts.markers || []).forEach(([x, label]) => {
+  xs.forEach((x, i) => {
+    const label = el("text", { x: X(x), y: h - b + 16, "text-anchor": "middle", "font-size": 11, fill: "#6b7280" }, svg, x);
+    if (opts.xticks) el("tspan", { x: X(x), dy: 13, "font-size": 10 }, label, opts.xticks[i]);
+  });
+  if (opts.xlabel !== "") el("text", { x: l, y: h - 4, "font-size": 11, fill: "#6b7280" }, svg, opts.xlabel || "step");
+  if (opts.log) el("text", { x: 4, y: t + 4, "font-size": 10, fill: "#6b7280" }, svg, "log");
+  (opts.markers || []).forEach(x => {
     el("line", { x1: X(x), x2: X(x), y1: t, y2: h - b, stroke: "#9ca3af", "stroke-dasharray": "4 3", class: "arrival" }, svg);
-    const last = x === x1;
-    el("text", { x: X(x) + (last ? -4 : 4), y: t + 10, "text-anchor": last ? "end" : "start",
-                 "font-size": 10, fill: "#6b7280" }, svg, label);
   });
   opts.series.forEach((s, k) => {
     let d = "", pen = false;
     s.points.forEach(([x, y]) => {
-      if (y === null || !Number.isFinite(y)) { pen = false; return; }
+      if (!usable(y)) { pen = false; return; }
       d += `${pen ? "L" : "M"}${X(x).toFixed(1)},${Y(y).toFixed(1)}`; pen = true;
     });
     const path = el("path", { d, fill: "none", stroke: s.color, "stroke-width": s.width || 2.2,
                               "stroke-dasharray": s.dash || "", class: "series", "data-name": s.name }, svg);
     el("title", {}, path, s.name);
-    s.points.forEach(([x, y]) => { if (y !== null && Number.isFinite(y)) el("circle", { cx: X(x), cy: Y(y), r: 3, fill: s.color }, svg); });
+    s.points.forEach(([x, y]) => { if (usable(y)) el("circle", { cx: X(x), cy: Y(y), r: 3, fill: s.color }, svg); });
     el("rect", { x: w - r + 12, y: t + 18 * k, width: 12, height: 4, fill: s.color }, svg);
-    el("text", { x: w - r + 30, y: t + 18 * k + 6, "font-size": 11, fill: "#374151" }, svg, s.name);
+    el("text", { x: w - r + 30, y: t + 18 * k + 6, "font-size": 11, fill: "#374151", class: "legend" }, svg, s.legend || s.name);
   });
   return svg;
 }
@@ -119,11 +149,15 @@ function lineChart(box, opts) {
 function drawPerplexity(run) {
   const box = fresh("ppl");
   if (!run) { html("p", { class: "empty" }, box, "no rows yet"); return; }
-  const series = names(run).map((name, j) => ({
-    name, color: PALETTE[j % PALETTE.length], points: run.steps.map((s, i) => [s, run.perplexity[i][j]]),
-  }));
-  const markers = run.steps.map((s, i) => [s, run.experts[i]]).filter(m => m[1]);
-  const svg = lineChart(box, { series, xs: run.steps, markers, cls: "ppl-chart", height: 320 });
+  const series = names(run).map((name, j) => {
+    const points = run.steps.map((s, i) => [s, run.perplexity[i][j]]);
+    const final = points.map(p => p[1]).filter(v => v !== null).pop();
+    const legend = final === undefined ? name : `${name} (${Number(final).toFixed(1)})`;
+    return { name, legend, color: PALETTE[j % PALETTE.length], points };
+  });
+  const markers = run.steps.filter((s, i) => run.experts[i]);
+  const svg = lineChart(box, { series, xs: run.steps, xticks: run.step_labels, markers, log: true,
+                               xlabel: "", cls: "ppl-chart", height: 340 });
   svg.setAttribute("id", "ppl-svg");
   svg.setAttribute("data-series", series.length);
 }
@@ -171,13 +205,15 @@ function drawTimeline(state) {
       const done = j.state === "finished" ? 1 : (j.total_steps ? j.step / j.total_steps : 0);
       const bar = html("div", { class: "bar" }); html("i", { style: `width:${(100 * done).toFixed(0)}%` }, bar);
       const pill = html("span", { class: `pill ${j.state}` }, null, j.state);
-      return [dn(j.domain_id) || "", id.slice(0, 12), pill, bar, fmt(j.loss)];
+      return [dnFull(j.domain_id), id.slice(0, 16), pill, bar, fmt(j.loss)];
     }));
   }
   if (run) {
     html("p", { class: "hint" }, box, "registrations (evaluation steps)");
+    const arrived = run.steps.map((s, i) => run.domains[run.arrivals.indexOf(s)]);
     table(box, ["step", "expert", "domain", "evaluated at"], run.steps.slice(1).map((s, i) => [
-      s, run.experts[i + 1], run.step_labels[i + 1].slice(1), new Date(run.created_ms[i + 1]).toLocaleTimeString()]));
+      s, run.experts[i + 1], arrived[i + 1] ? dnFull(arrived[i + 1]) : run.step_labels[i + 1].slice(1),
+      new Date(run.created_ms[i + 1]).toLocaleTimeString()]));
   } else if (!jobs.length) html("p", { class: "empty" }, box, "no experts yet");
 }
 
@@ -191,15 +227,18 @@ function drawChecks(run) {
   if (changes.length) { const ul = html("ul", {}, box); changes.slice(0, 12).forEach(c => html("li", {}, ul, c)); }
   const share = run.routing_changed[run.routing_changed.length - 1], delta = run.routing_loss_delta[run.routing_loss_delta.length - 1];
   const doms = Object.keys(share);
-  if (doms.length) table(box, ["domain", "re-routed docs", "loss change from re-routing"], doms.map(d => [dn(d), `${(100 * share[d]).toFixed(0)}%`, fmt(delta[d])]));
+  if (doms.length) table(box, ["domain", "re-routed docs", "loss change from re-routing"], doms.map(d => [dnFull(d), `${(100 * share[d]).toFixed(0)}%`, fmt(delta[d])]));
 }
 
-function drawDrift(live) {
-  const box = fresh("drift"), events = (live.drift || []).slice(-12).reverse();
+// Each event: what fired, on which domain, and what it led to (a job and its outcome, or why
+// none), as monitor.drift_explain tells it in state.drift.
+function drawDrift(state) {
+  const box = fresh("drift"), drift = state.drift || { events: [], tally: "" };
+  const events = drift.events.slice(-12).reverse();
   if (!events.length) { html("p", { class: "empty" }, box, "no drift events"); return; }
-  table(box, ["when", "detector", "kind", "domain", "statistics"], events.map(e => [
-    e.created_ms ? new Date(e.created_ms).toLocaleTimeString() : "", e.detector, e.kind, dn(e.domain_id) || "–",
-    Object.entries(e.statistics || {}).map(([k, v]) => `${k}=${fmt(v, 2)}`).join(" ")]));
+  html("p", { class: "hint" }, box, `${drift.tally} (latest first)`);
+  table(box, ["when", "what fired", "domain", "what it led to"], events.map(e => [
+    e.created_ms ? new Date(e.created_ms).toLocaleTimeString() : "", e.fired, dnFull(e.domain_id), e.led_to]));
 }
 
 function drawStream(live, store) {
@@ -217,7 +256,7 @@ function drawStream(live, store) {
 
 function render(state) {
   const runs = state.runs;
-  DOMAIN_NAMES = {};
+  DOMAIN_NAMES = { ...(state.names || {}) };
   Object.values(runs).filter(Boolean).forEach(r => r.domains.forEach((d, j) => { DOMAIN_NAMES[d] = names(r)[j]; }));
   const spans = Object.values(runs).filter(Boolean).flatMap(r => deltas(r).flat().filter(v => v !== null).map(Math.abs));
   const span = Math.max(1e-6, ...spans);
@@ -228,7 +267,7 @@ function render(state) {
   drawForgetting(runs);
   drawTimeline(state);
   drawChecks(runs.ours);
-  drawDrift(state.live || {});
+  drawDrift(state);
   drawStream(state.live || {}, state.store);
   document.getElementById("updated").textContent = `updated ${new Date(state.generated_ms).toLocaleTimeString()}`;
   document.body.setAttribute("data-rendered", state.generated_ms);

@@ -87,8 +87,8 @@ def test_live_jobs_are_bounded_and_metrics_carry_no_job_id(tmp_path: Path):
     text = generate_latest(make_registry(lambda: state)).decode()
     progress = [line for line in text.splitlines() if line.startswith("worx_train_progress{")]
     assert progress == [
-        'worx_train_progress{domain="dom-0",state="step"} 0.8',
-        'worx_train_progress{domain="dom-1",state="step"} 0.9',
+        'worx_train_progress{domain="dom-0",name="dom-0",state="step"} 0.8',
+        'worx_train_progress{domain="dom-1",name="dom-1",state="step"} 0.9',
     ]  # one series per domain (its latest job), whatever the number of jobs
     assert "job_id" not in text
 

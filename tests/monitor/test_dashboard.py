@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 import urllib.request
@@ -101,12 +102,14 @@ def test_prometheus_metrics(server: DashboardServer) -> None:
     text = body.decode()
     assert status == 200 and ctype.startswith("text/plain")
     for domain in ALL_DOMAINS:
-        assert f'worx_domain_perplexity{{domain="{domain}",run="ours"}}' in text
-        assert f'worx_domain_loss{{domain="{domain}",run="dense_baseline"}}' in text
+        name = "Court rulings" if domain == "legal" else domain  # ids key, names label
+        assert f'worx_domain_perplexity{{domain="{domain}",name="{name}",run="ours"}}' in text
+        assert f'worx_domain_loss{{domain="{domain}",name="{name}",run="dense_baseline"}}' in text
+        assert f'worx_domain_info{{domain="{domain}",name="{name}"}} 1.0' in text
     assert 'worx_forgetting_avg{run="dense_baseline"}' in text
     assert "worx_weight_changes 0.0" in text
     assert "worx_experts 3.0" in text
-    assert 'worx_train_progress{domain="news",state="step"} 0.3' in text
+    assert 'worx_train_progress{domain="news",name="news",state="step"} 0.3' in text
     assert 'worx_dead_letters_total{reason="not_json"} 1.0' in text
     assert 'worx_stream_messages_total{topic="docs"} 120.0' in text
     assert "worx_store_experts 3.0" in text
@@ -135,7 +138,22 @@ def test_dashboard_in_headless_chromium(server: DashboardServer) -> None:
             assert count("#ppl path.series") == len(ALL_DOMAINS)
             assert count("#ppl line.arrival") == 3  # expert arrivals marked
             assert count("#forgetting path.series") == 4  # avg and max, ours and dense
-            assert page.inner_text("#drift").count("novelty_rate") == 1
+            drift = page.inner_text("#drift")  # told: what fired and what it led to
+            assert drift.count("novelty rate rose") == 1 and "no new domain followed" in drift
+            # perplexity on a log axis, and no expert id written over the lines
+            assert page.get_attribute("#ppl svg", "data-scale") == "log"
+            ticks = page.eval_on_selector_all(
+                "#ppl text.ytick", "ns => ns.map(n => [n.textContent, +n.getAttribute('y')])"
+            )
+            assert len(ticks) >= 3
+            per_decade = [
+                (y1 - y0) / math.log10(float(v1.replace(",", "")) / float(v0.replace(",", "")))
+                for (v0, y0), (v1, y1) in zip(ticks, ticks[1:], strict=False)
+            ]  # pixels per decade: the same between every pair of ticks on a log axis
+            assert max(per_decade) - min(per_decade) < 1.0, ticks
+            drawn = page.eval_on_selector_all("#ppl text", "ns => ns.map(n => n.textContent)")
+            experts = json.loads(get(server.url + "api/state")[2])["runs"]["ours"]["experts"]
+            assert not {e for e in experts if e} & {t.strip() for t in drawn}
             assert "job-news" in page.inner_text("#timeline")
             assert "no weight changed" in page.inner_text("#checks")
             # domains are shown by their label where one is known, else by id

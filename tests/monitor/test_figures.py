@@ -70,7 +70,7 @@ def test_report_tables_and_metrics_survive_gaps(tmp_path: Path) -> None:
     text = console.export_text()
     assert "trunk alone" in text and "–" in text  # the gap is shown as a gap
     metrics = generate_latest(make_registry(lambda: state)).decode()
-    assert 'worx_domain_loss{domain="b",run="dense_baseline"} 1.4' in metrics
+    assert 'worx_domain_loss{domain="b",name="b",run="dense_baseline"} 1.4' in metrics
     assert 'worx_forgetting_avg{run="dense_baseline"}' in metrics
 
 
