@@ -141,10 +141,24 @@ def summary(report: Mapping[str, Any]) -> Group:
         parts.extend(f"  {name:<16} {path}" for name, path in ordered)
     if report.get("report_error"):
         parts.append(f"[red]report not written[/]: {report['report_error']}")
-    for key, what in (("serve_url", "serve"), ("dashboard_url", "dashboard")):
-        if report.get(key):
-            parts.append(f"[bold]{what}[/]: {report[key]}")
+    parts.extend(_addresses(report))
     return Group(*parts)
+
+
+def _addresses(report: Mapping[str, Any]) -> list[str]:
+    """Where the run is served, or was (and the one command that serves it again)."""
+    urls = [
+        (what, report.get(key))
+        for key, what in (("serve_url", "serve"), ("dashboard_url", "dashboard"))
+    ]
+    urls = [(what, url) for what, url in urls if url]
+    if report.get("keep_serving"):
+        lines = [f"[bold]{what}[/]: {url}" for what, url in urls]
+        return [*lines, "still serving the finished run: Ctrl-C stops"] if lines else []
+    lines = [f"{what} was: {url} (stopped with the demo)" for what, url in urls]
+    if report.get("explore_command"):
+        lines.append(f"[bold]explore the finished run[/]: {report['explore_command']}")
+    return lines
 
 
 def print_summary(report: Mapping[str, Any], console: Console | None = None) -> None:
