@@ -44,8 +44,6 @@ def read_text(source: str) -> str:
 
 
 def run(args: argparse.Namespace, source: str) -> int:
-    from experts.serving import RequestError
-    from topology.assemble import server_from_config
     from topology.config import load_config
     from topology.run_dir import open_run, run_server
 
@@ -58,6 +56,9 @@ def run(args: argparse.Namespace, source: str) -> int:
     table = None
     if args.domains or run_dir is None or args.bootstrap_servers:
         table = domain_source.domain_table(args, config)[0]
+    from experts.serving import RequestError  # torch: after the table was found
+    from topology.assemble import server_from_config
+
     if run_dir is not None:
         server = run_server(config, run_dir, args.trunk, args.store)
     else:

@@ -46,6 +46,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.run:  # before the imports below: a mistyped run fails at once
+        from topology.config import load_config
+
+        config = load_config(args.config)
+        host = args.host or config.experts.serve_host
+        port = config.experts.serve_port if args.port is None else args.port
+        return serve_run(args, config, host, port)
     import logging
 
     from topology.assemble import server_from_config
@@ -62,8 +69,6 @@ def run(args: argparse.Namespace) -> int:
     section = config.experts
     host = args.host or section.serve_host
     port = section.serve_port if args.port is None else args.port
-    if args.run:
-        return serve_run(args, config, host, port)
     server = server_from_config(config, args.trunk, args.store)
     server.rebuild_from_store()
     stop = threading.Event()
@@ -107,7 +112,6 @@ def serve_run(args: argparse.Namespace, config, host: str, port: int) -> int:
     """``worx serve --run DIR``: the finished run's experts and domain table, no broker."""
     import logging
 
-    from topology.http_api import make_http_server, options_from_config
     from topology.run_dir import RunError, open_run, run_server
 
     if args.bootstrap_servers:
@@ -116,6 +120,8 @@ def serve_run(args: argparse.Namespace, config, host: str, port: int) -> int:
             "drop --bootstrap-servers, or drop --run to serve the live topics",
         )
     run = open_run(args.run)
+    from topology.http_api import make_http_server, options_from_config
+
     server = run_server(config, run, args.trunk, args.store)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
