@@ -270,10 +270,11 @@ class BackgroundServer:
         """Bind and start serving; a bind error (port taken, bad address) is a UserError."""
         self._thread.start()
         self._ready.wait()
-        if isinstance(self._failure, OSError):  # port taken, address not local: the user's to fix
+        # port taken or out of range, address not local: the user's to fix
+        if isinstance(self._failure, OSError | OverflowError):
+            reason = getattr(self._failure, "strerror", None) or self._failure
             raise UserError(
-                f"{self.name} cannot listen on {self.host}:{self.port} "
-                f"({self._failure.strerror or self._failure})",
+                f"{self.name} cannot listen on {self.host}:{self.port} ({reason})",
                 "choose another --port (0 picks a free one) or --host",
             ) from self._failure
         if self._failure is not None:

@@ -175,6 +175,27 @@ def test_a_taken_port_is_one_line(capsys, tmp_path):
     ), line
 
 
+def test_a_port_out_of_range_is_one_line(capsys, tmp_path):
+    (tmp_path / "state").mkdir()
+    argv = ["monitor", "--no-stream", "--state-dir", "state", "--port", "99999"]
+    assert one_line_error(capsys, argv) == (
+        "worx: dashboard cannot listen on 127.0.0.1:99999 (bind(): port must be 0-65535.); "
+        "choose another --port (0 picks a free one) or --host"
+    )
+
+
+def test_trunk_info_and_verify_say_what_the_trunk_path_is(capsys, tmp_path):
+    (tmp_path / "notes.txt").write_text("not a model")
+    assert one_line_error(capsys, ["trunk", "info", "notes.txt"]) == (
+        f"worx: trunk notes.txt is a file, not a model directory; {TRUNK_HINT}"
+    )
+    (tmp_path / "store").mkdir()
+    argv = ["experts", "--store", "store", "verify", "--trunk", "no-trunk"]
+    assert one_line_error(capsys, argv) == (
+        f"worx: trunk directory no-trunk does not exist; {TRUNK_HINT}"
+    )
+
+
 def test_debug_shows_the_traceback(capsys, monkeypatch):
     with pytest.raises(UserError, match="does not exist"):
         main(["--debug", "experts", "--store", "typo-store", "list"])

@@ -203,6 +203,8 @@ def describe_trunk(path: Path) -> dict:
 
     if not path.exists():
         raise TrunkError(f"trunk directory {path} does not exist")
+    if not path.is_dir():
+        raise TrunkError(f"trunk {path} is a file, not a model directory")
     config_path = path / "config.json"
     if not config_path.is_file():
         raise TrunkError(f"trunk {path} has no config.json: not a Hugging Face model directory")
