@@ -53,3 +53,28 @@ def test_list_show_verify(trunk_dirs, tmp_path: Path, capsys, monkeypatch) -> No
     report = json.loads(capsys.readouterr().out)
     assert {r["reason"] for r in report["refused"]} == {"wrong_trunk"}
     assert store.ids() == ["code", "legal"]  # another trunk's experts are never moved
+
+
+def test_list_names_each_expert_s_domain_from_the_run_s_table(
+    trunk_dirs, tmp_path: Path, capsys
+) -> None:
+    from router.records import DomainRecord
+    from router.table import DomainTable
+    from router.table_file import write_table
+
+    store = ExpertStore(tmp_path / "store", trunk_fingerprint(trunk_dirs["gpt2"]))
+    embedder = default_embedder()
+    for i, (name, domain) in enumerate((("code", "python_code"), ("legal", "legal"))):
+        make_domain_expert(store, _Trunk(), embedder, name, domain, seed=i)
+    table = DomainTable()
+    table.apply(DomainRecord("python_code", [1.0, 0.0], 0.5, 10, 0.8, name="self·def·import"))
+    write_table(tmp_path / "domains.json", table)  # a run keeps it beside its store
+    base = ["experts", "--store", str(store.root), "list"]
+    assert main([*base, "--json"]) == 0
+    rows = {r["expert_id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert rows["code"]["domain_name"] == "self·def·import"
+    assert rows["legal"]["domain_name"] is None  # not in the table: shown by id only
+    assert main(base) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "name" in lines[0].split()
+    assert "self·def·import" in next(line for line in lines if line.startswith("code "))

@@ -17,7 +17,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--store", help="expert store directory (default: from the config)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = actions.add_parser("list", help="one line per expert (id, domain, params, sha256)")
+    listing = actions.add_parser(
+        "list",
+        help="one line per expert (id, domain and its name, params, sha256)",
+        description="One line per expert. Domains are named from the domain table kept "
+        "beside the store (<run>/domains.json of a demo run or up's data_dir, else the "
+        "monitor's <run>/monitor/domains.json), else shown by id.",
+    )
     listing.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     listing.set_defaults(func=run_list)
     show = actions.add_parser("show", help="the full manifest of one expert, as JSON")
@@ -55,28 +61,50 @@ def _store(args: argparse.Namespace, fingerprint: str | None = None, quarantine:
     )
 
 
+def _domain_names(store_root) -> dict[str, str]:
+    """Domain id -> name from the domain table beside the store: the run's domains.json,
+    else the monitor's copy (<run>/monitor/domains.json)."""
+    from pathlib import Path
+
+    from router.naming import display_name
+    from router.table_file import TableFileError, read_rows
+
+    run = Path(store_root).parent
+    for path in (run / "domains.json", run / "monitor" / "domains.json"):
+        if path.is_file():
+            try:
+                return {row.domain_id: display_name(row) for row in read_rows(path)}
+            except TableFileError:
+                continue  # names are a courtesy; the listing stands without them
+    return {}
+
+
 def run_list(args: argparse.Namespace) -> int:
     from experts.store import ExpertRefused
 
     store = _store(args)
+    names = _domain_names(store.root)
     rows = []
     for expert_id in store.ids():
         try:
-            rows.append(store.manifest(expert_id).public())
+            row = store.manifest(expert_id).public()
+            row["domain_name"] = names.get(row["domain_id"])
+            rows.append(row)
         except ExpertRefused as exc:
             rows.append({"expert_id": expert_id, "error": str(exc)})
     if args.json:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
         return 0
-    print(f"{'expert_id':<28} {'domain_id':<24} {'params':>10}  {'parent':<20} sha256")
+    print(f"{'expert_id':<28} {'domain_id':<20} {'name':<24} {'params':>10}  {'parent':<20} sha256")
     for row in rows:
         if "error" in row:
             print(f"{row['expert_id']:<28} ERROR {row['error']}")
             continue
         parent = row.get("parent_expert_id") or "-"
+        name = row["domain_name"] or "-"
         print(
-            f"{row['expert_id']:<28} {row['domain_id']:<24} {row['num_params']:>10}  "
+            f"{row['expert_id']:<28} {row['domain_id']:<20} {name:<24} {row['num_params']:>10}  "
             f"{parent:<20} {row['sha256'][:16]}"
         )
     print(f"# {len(rows)} experts in {store.root}")
