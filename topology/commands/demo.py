@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from experts.default_trunk import default_trunk_dir
+    from experts.trunk import check_trunk_dir
     from topology import keep_serving, paths
     from topology.config import load_config
     from topology.demo import DemoPlan, run_demo
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     trunk = Path(args.trunk or config.experts.trunk_dir or default_trunk_dir())
+    check_trunk_dir(trunk)  # a wrong --trunk: one line now, not every stage crashing
     run_dir = (Path(args.out) / time.strftime("run-%Y%m%d-%H%M%S")).resolve()
     stage_env = {k: v for k, v in DEMO_STAGE_DEFAULTS.items() if k not in os.environ}
     plan = DemoPlan(run_dir=run_dir, trunk_dir=trunk.resolve(), stage_env=stage_env)
