@@ -126,25 +126,17 @@ def _block_list(model: nn.Module, family: str) -> nn.ModuleList:
     return model.transformer.h if family == "gpt2" else model.model.layers
 
 
-def trunk_fingerprint(path: str | Path) -> str:
-    """sha256 over the canonical config and every stored tensor (name, dtype, shape, bytes).
-
-    Independent of sharding and of the dtype the model is later loaded in; changes when any
-    weight bit or any computation-relevant config value changes.
-    """
+def check_trunk_dir(path: str | Path) -> list[Path]:
+    """The ``*.safetensors`` files of trunk directory ``path``, once it is one (a directory
+    with ``config.json`` and safetensors weights); else :class:`TrunkError` saying which of
+    those it is not. Cheap: nothing is hashed or loaded."""
     root = Path(path)
     if not root.exists():
         raise TrunkError(f"trunk directory {root} does not exist")
     if not root.is_dir():
         raise TrunkError(f"trunk {root} is a file, not a model directory")
-    config_file = root / "config.json"
-    if not config_file.is_file():
+    if not (root / "config.json").is_file():
         raise TrunkError(f"trunk {root} has no config.json: not a Hugging Face model directory")
-    config = json.loads(config_file.read_text(encoding="utf-8"))
-    for key in _VOLATILE_CONFIG_KEYS:
-        config.pop(key, None)
-    digest = hashlib.sha256()
-    digest.update(json.dumps(config, sort_keys=True).encode())
     files = sorted(root.glob("*.safetensors"))
     if not files:
         raise TrunkError(
@@ -152,6 +144,22 @@ def trunk_fingerprint(path: str | Path) -> str:
             "re-save the model with save_pretrained(..., safe_serialization=True) "
             "(pickled .bin weights are refused)",
         )
+    return files
+
+
+def trunk_fingerprint(path: str | Path) -> str:
+    """sha256 over the canonical config and every stored tensor (name, dtype, shape, bytes).
+
+    Independent of sharding and of the dtype the model is later loaded in; changes when any
+    weight bit or any computation-relevant config value changes.
+    """
+    root = Path(path)
+    files = check_trunk_dir(root)
+    config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    for key in _VOLATILE_CONFIG_KEYS:
+        config.pop(key, None)
+    digest = hashlib.sha256()
+    digest.update(json.dumps(config, sort_keys=True).encode())
     names: dict[str, Path] = {}
     for file in files:
         with safe_open(str(file), framework="pt") as handle:

@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from experts.default_trunk import default_trunk_dir
+    from experts.trunk import check_trunk_dir
     from topology import paths
     from topology.config import ConfigError, load_config
     from topology.kafka import client_conf
@@ -49,12 +50,14 @@ def run(args: argparse.Namespace) -> int:
             "no company topics to read: set ingest.source_topics (and the field mapping "
             "ingest.text_field / id_field), or pass --no-connect to feed worx.docs yourself"
         )
+    trunk_dir = Path(config.experts.trunk_dir or default_trunk_dir())
+    check_trunk_dir(trunk_dir)  # a wrong trunk: one line now, not every stage crashing
     conf = client_conf(config.kafka, config.kafka.bootstrap_servers)
     ensure_configured_topics(conf, config.kafka)
     options = LoopOptions(
         bootstrap_servers=config.kafka.bootstrap_servers,
         run_dir=Path(config.data_dir).resolve(),
-        trunk_dir=Path(config.experts.trunk_dir or default_trunk_dir()).resolve(),
+        trunk_dir=trunk_dir.resolve(),
         topic_prefix=config.kafka.topic_prefix,
         config_path=args.config,
         serve=not args.no_serve,
