@@ -79,7 +79,8 @@ def run(args: argparse.Namespace, source: str) -> int:
         why = server.explain(text[:budget])
     except RequestError as exc:
         raise UserError(str(exc), "give a longer text") from None
-    why = {"chars": len(text), **why, "truncated": why["truncated"] or len(text) > budget}
+    # "chars": what the gate saw (the text cut to the budget, as the server cuts it)
+    why = {**why, "truncated": why["truncated"] or len(text) > budget}
     if args.json:
         print(json.dumps(why, sort_keys=True))
     else:
