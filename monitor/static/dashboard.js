@@ -227,6 +227,7 @@ function drawChecks(run) {
   if (changes.length) { const ul = html("ul", {}, box); changes.slice(0, 12).forEach(c => html("li", {}, ul, c)); }
   const share = run.routing_changed[run.routing_changed.length - 1], delta = run.routing_loss_delta[run.routing_loss_delta.length - 1];
   const doms = Object.keys(share);
+  if (doms.length) html("p", { class: "hint" }, box, "re-routed docs: the share of a domain's held-out documents whose experts changed at the latest registration (expected when a new expert suits them better); it is a problem only where the loss change is above 0");
   if (doms.length) table(box, ["domain", "re-routed docs", "loss change from re-routing"], doms.map(d => [dnFull(d), `${(100 * share[d]).toFixed(0)}%`, fmt(delta[d])]));
 }
 
@@ -234,9 +235,10 @@ function drawChecks(run) {
 // none), as monitor.drift_explain tells it in state.drift.
 function drawDrift(state) {
   const box = fresh("drift"), drift = state.drift || { events: [], tally: "" };
-  const events = drift.events.slice(-12).reverse();
+  const events = drift.events.slice(-8).reverse();
   if (!events.length) { html("p", { class: "empty" }, box, "no drift events"); return; }
-  html("p", { class: "hint" }, box, `${drift.tally} (latest first)`);
+  const shown = drift.events.length > events.length ? `, the latest ${events.length} first` : ", latest first";
+  html("p", { class: "hint" }, box, `${drift.tally}${shown}`);
   table(box, ["when", "what fired", "domain", "what it led to"], events.map(e => [
     e.created_ms ? new Date(e.created_ms).toLocaleTimeString() : "", e.fired, dnFull(e.domain_id), e.led_to]));
 }
