@@ -63,6 +63,25 @@ def test_a_directory_that_is_not_a_model_says_so(capsys, tmp_path):
     )
 
 
+def test_demo_and_up_refuse_a_wrong_trunk_before_starting_anything(capsys, monkeypatch, tmp_path):
+    line = one_line_error(capsys, ["demo", "--trunk", "no-trunk", "--out", "runs"])
+    assert line == f"worx: trunk directory no-trunk does not exist; {TRUNK_HINT}"
+    monkeypatch.setenv("WORX_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:9")
+    monkeypatch.setenv("WORX_EXPERTS__TRUNK_DIR", str(tmp_path))
+    line = one_line_error(capsys, ["up", "--no-connect"])
+    assert line == (
+        f"worx: trunk {tmp_path} has no config.json: not a Hugging Face model directory; "
+        f"{TRUNK_HINT}"
+    )
+    assert list(tmp_path.iterdir()) == []  # no run directory, no data_dir
+
+
+def test_report_on_a_missing_state_dir_creates_nothing(capsys, tmp_path):
+    line = one_line_error(capsys, ["report", "--state-dir", "nostate", "--out", "out"])
+    assert line.startswith("worx: monitor state directory nostate does not exist; ")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_serve_on_a_missing_store_creates_nothing(capsys, tmp_path):
     missing = tmp_path / "nonexistent-store"
     line = one_line_error(capsys, ["serve", "--store", str(missing)])
