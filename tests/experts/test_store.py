@@ -183,3 +183,15 @@ def test_verify_reports_every_entry(tmp_path: Path) -> None:
     assert store.ids() == ["a", "b"]  # report only
     report = store.verify(quarantine=True)
     assert store.ids() == ["a"] and report.refused[0]["quarantined"]
+
+
+def test_a_reader_creates_no_store_and_sees_it_once_written(tmp_path: Path) -> None:
+    reader = ExpertStore(tmp_path / "store", FP, create=False)
+    assert not (tmp_path / "store").exists()
+    assert reader.ids() == [] and reader.quarantined() == [] and reader.verify().checked == 0
+    assert _refused(reader, "a").reason == "missing"
+    assert not (tmp_path / "store").exists()
+    ExpertStore(tmp_path / "elsewhere", FP, create=False).put("a", _expert(1), "d", CENTROID)
+    assert (tmp_path / "elsewhere" / "a" / WEIGHTS).is_file()  # a write makes the root
+    _store(tmp_path).put("b", _expert(2), "d", CENTROID)  # the trainer, in another process
+    assert reader.ids() == ["b"] and reader.get("b") is not None
