@@ -64,3 +64,6 @@ def test_up_reads_company_topic_routes_it_and_stops_cleanly(tmp_path, kafka_conf
     assert dead == 1
     assert up.returncode == 0, err.decode()[-2000:]
     assert processes_with(marker) == []
+    # data_dir is a run directory: `worx serve --run <data_dir>` finds its parts there
+    recorded = json.loads((tmp_path / "state" / "run.json").read_text())
+    assert recorded["store_dir"] == str((tmp_path / "state" / "experts").resolve())
