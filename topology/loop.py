@@ -144,6 +144,8 @@ def watch_live(
                     raise StageFailed(name, loop.supervisor.children[name].log_path)
             if not loop.watcher.healthy():  # the view no longer follows the topics
                 raise RuntimeError(f"{loop.watcher.describe()}; stopping every stage")
+            if loop.domains is not None and not loop.domains.healthy():  # domains.json stale
+                raise RuntimeError(f"{loop.domains.describe()}; stopping every stage")
             stages = {
                 name: ("up" if loop.supervisor.alive(name) else "done")
                 for name in loop.supervisor.children

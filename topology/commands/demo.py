@@ -106,7 +106,11 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"summary JSON: {args.report_json}")
     code = 0 if report.get("finished") else 1
     if not report.get("keep_serving"):  # not asked, or Ctrl-C during the run
-        print(f"explore the finished run: {report['explore_command']}", flush=True)
+        print(
+            f"explore the finished run: {report['explore_command']}  (and worx explain TEXT "
+            f"--run DIR, worx domains --run DIR: docs/experts.md)",
+            flush=True,
+        )
         return code
     servers = keep_serving.start(
         plan.run_dir, serve_url=report.get("serve_url"), dashboard_url=report.get("dashboard_url")
