@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
     import json
     import os
+    import shlex
 
     from rich.console import Console
 
@@ -106,9 +107,10 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"summary JSON: {args.report_json}")
     code = 0 if report.get("finished") else 1
     if not report.get("keep_serving"):  # not asked, or Ctrl-C during the run
+        where = shlex.quote(report["run_dir"])
         print(
-            f"explore the finished run: {report['explore_command']}  (and worx explain TEXT "
-            f"--run DIR, worx domains --run DIR: docs/experts.md)",
+            f"explore the finished run: {report['explore_command']}  (also worx explain TEXT "
+            f"--run {where}, worx domains --run {where})",
             flush=True,
         )
         return code
