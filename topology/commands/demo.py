@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if not report.get("keep_serving"):  # not asked, or Ctrl-C during the run
         where = shlex.quote(report["run_dir"])
         print(
-            f"explore the finished run: {report['explore_command']}  (also worx explain TEXT "
+            f"to serve this run again: {report['explore_command']}  (also worx explain TEXT "
             f"--run {where}, worx domains --run {where})",
             flush=True,
         )
