@@ -10,8 +10,9 @@ from trainer.plan.bytes import PROCESS_OVERHEAD_BYTES
 from trainer.plan.expert_spec import ExpertSpec
 from trainer.plan.placement import Component, Placement
 from trainer.plan.plan import TrainingPlan, plan_training
-from trainer.plan.run import Hardware, RunShape, parse_bytes, parse_count
+from trainer.plan.run import Hardware, RunShape
 from trainer.plan.shapes import ShapeError, TrunkShape
+from trainer.plan.units import parse_bytes, parse_count
 
 __all__ = [
     "PROCESS_OVERHEAD_BYTES",

@@ -32,6 +32,11 @@ from trainer.plan.shapes import TrunkShape, dtype_bytes
 # and tokenizers), bitsandbytes 0.50 and the trainer's recipes imported: VmHWM 427,656 kB
 # (bench/plan_check.py reports the figure it measures in each run beside this constant).
 PROCESS_OVERHEAD_BYTES = 427_656 * 1024
+# What a training step touches beyond the imports whatever the model's size (kernels' code
+# pages, thread pools, the tokenizer, autograd's engine): peak RSS less the RSS after the
+# imports of a 2-layer, width-32 Llama (57k parameters; every modelled part < 5 MiB) trained
+# as bench/plan_check.py trains: 36.6 MiB (expert recipe), 34.2 MiB (dense).
+TRAINING_RUNTIME_BYTES = 34 * 2**20
 # A CUDA context and cuBLAS workspace on each GPU: an assumption (no GPU to measure here).
 GPU_CONTEXT_BYTES = 512 * 2**20
 # bitsandbytes' blockwise 8-bit Adam: one float32 absmax per 256 values of each moment, and
@@ -121,7 +126,7 @@ def expert_step(trunk: TrunkShape, expert: ExpertSpec, run: RunShape, act_bytes:
     # the loss: the (N, d) input copy and its gradient, the low-rank output values; then
     # one (chunk, V) float32 buffer and its max/sum
     chunked = n * (2 * d * 4 + 2 * out_rank * 4) + chunk * v * 4 * 2
-    unchunked = 4 * n * v * 4 + n * d * 4
+    unchunked = 3 * n * v * 4 + n * d * 4
     return StepBytes(
         weights=4 * p,
         grads=4 * p,
@@ -147,8 +152,9 @@ def dense_step(
     total = trunk.params if params is None else params
     layer = _layer_floats(trunk, trainable=True, fused_mlp=False)
     saved = n * act_bytes * (trunk.layers * layer + 2 * d + 1)
-    # the logits, log-softmax output, its gradient and the logits' gradient (fp32)
-    loss = 4 * n * v * 4
+    # at the loss's backward: the saved log-softmax output, its gradient and the logits'
+    # gradient, (N, V) float32 each
+    loss = 3 * n * v * 4
     if on_gpu:
         step_work = DENSE_GPU_STEP_COPIES * 8 * total // 2  # one fp32 temporary per state
     else:

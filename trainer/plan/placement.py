@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from trainer.plan.bytes import (
     GPU_CONTEXT_BYTES,
     PROCESS_OVERHEAD_BYTES,
+    TRAINING_RUNTIME_BYTES,
     StepBytes,
     dense_step,
     expert_step,
@@ -101,6 +102,14 @@ class Placement:
 
 def _gib(n: int) -> str:
     return f"{n / GIB:.1f} GiB"
+
+
+def _process() -> list[Component]:
+    """The trainer process itself (one per GPU): measured constants, trainer/plan/bytes.py."""
+    return [
+        Component("process: python, torch, libraries imported", PROCESS_OVERHEAD_BYTES, "host"),
+        Component("training runtime: kernels, threads, tokenizer", TRAINING_RUNTIME_BYTES, "host"),
+    ]
 
 
 def _act_bytes(run: RunShape, on_gpu: bool, dtype: str) -> int:
@@ -248,7 +257,6 @@ def _opt_name(step: StepBytes, expert: ExpertSpec) -> str:
 
 
 def _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, stream):
-    overhead = Component("process (python, torch, libraries)", PROCESS_OVERHEAD_BYTES, "host")
     if stream:
         name = "expert_cpu_streamed"
         description = (
@@ -279,7 +287,7 @@ def _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, s
         rate, bound = compute, "compute"
         note = "trainer/recipes/expert.py on the CPU (trainer.mmap_trunk)"
         implemented = True
-    components = [overhead, trunk_part, *_expert_common(expert, step, "host")]
+    components = [*_process(), trunk_part, *_expert_common(expert, step, "host")]
     components += _step_components(step, "host", "expert")
     components += _disk(trunk, expert)
     return _finish(
@@ -307,14 +315,11 @@ def _held_layers(trunk: TrunkShape, run: RunShape) -> int:
 
 def _expert_gpu(trunk, expert, run, hw, step, flops, compute, whole, offload):
     context = Component("CUDA context (assumed)", GPU_CONTEXT_BYTES, "gpu")
-    overhead = Component(
-        "process (python, torch, libraries), per GPU", PROCESS_OVERHEAD_BYTES, "host"
-    )
     trunk_part = Component(f"trunk weights ({run.trunk_dtype})", whole, "gpu")
     state_where = "host" if offload else "gpu"
     components = [
         context,
-        overhead,
+        *_process(),
         trunk_part,
         Component("expert weights (fp32)", step.weights, "gpu"),
     ]
@@ -360,7 +365,7 @@ def _expert_gpu(trunk, expert, run, hw, step, flops, compute, whole, offload):
 def _expert_gpu_streamed(trunk, expert, run, hw, step, flops, compute, whole, streamed):
     components = [
         Component("CUDA context (assumed)", GPU_CONTEXT_BYTES, "gpu"),
-        Component("process (python, torch, libraries), per GPU", PROCESS_OVERHEAD_BYTES, "host"),
+        *_process(),
         Component(f"trunk weights, pinned ({run.trunk_dtype})", whole, "host"),
         Component(f"trunk blocks held on the GPU ({run.trunk_dtype})", streamed, "gpu"),
         Component("expert weights (fp32)", step.weights, "gpu"),
@@ -402,11 +407,16 @@ def _expert_gpu_streamed(trunk, expert, run, hw, step, flops, compute, whole, st
 
 
 def dense_placements(
-    trunk: TrunkShape, run: RunShape, hw: Hardware, extra_params: int = 0
+    trunk: TrunkShape,
+    run: RunShape,
+    hw: Hardware,
+    extra_params: int = 0,
+    active_params: int = 0,
 ) -> list[Placement]:
-    """``extra_params``: weights fine-tuned beside the trunk (a whole mixture's experts)."""
+    """``extra_params``: weights fine-tuned beside the trunk (a whole mixture's experts), of
+    which ``active_params`` compute for each token (top-k experts)."""
     total = trunk.params + extra_params
-    flops = dense_flops_per_token(trunk, run.seq_len, extra_params)
+    flops = dense_flops_per_token(trunk, run.seq_len, active_params)
     if hw.gpus == 0:
         compute = compute_tokens_per_s(flops, hw.host_flops, hw.mfu)
         step = dense_step(trunk, run, 4, on_gpu=False, params=total)
@@ -426,7 +436,7 @@ def dense_placements(
 
 def _dense_cpu(trunk, run, hw, step, flops, compute, disk_states):
     components = [
-        Component("process (python, torch, libraries)", PROCESS_OVERHEAD_BYTES, "host"),
+        *_process(),
         Component("weights (fp32, trainable)", step.weights, "host"),
         Component("optimizer state (fp32 Adam)", step.optimizer, "disk" if disk_states else "host"),
     ]
@@ -464,7 +474,7 @@ def _dense_cpu(trunk, run, hw, step, flops, compute, disk_states):
 def _dense_gpu(trunk, run, hw, step, flops, compute, total):
     components = [
         Component("CUDA context (assumed)", GPU_CONTEXT_BYTES, "gpu"),
-        Component("process (python, torch, libraries), per GPU", PROCESS_OVERHEAD_BYTES, "host"),
+        *_process(),
         Component("weights (fp32, trainable)", step.weights, "gpu"),
         Component("optimizer state (fp32 Adam)", step.optimizer, "gpu"),
     ]
@@ -494,7 +504,7 @@ def _dense_zero3(trunk, run, hw, step, flops, compute, total):
     per_layer = 4 * trunk.layer_params
     components = [
         Component("CUDA context (assumed)", GPU_CONTEXT_BYTES, "gpu"),
-        Component("process (python, torch, libraries), per GPU", PROCESS_OVERHEAD_BYTES, "host"),
+        *_process(),
         Component(f"weights shard (fp32, 1/{g})", step.weights // g, "gpu"),
         Component(f"optimizer state shard (fp32 Adam, 1/{g})", step.optimizer // g, "gpu"),
         Component("gathered blocks (2, bf16 and fp32 in flight)", 2 * per_layer, "gpu"),
@@ -526,12 +536,15 @@ def _dense_zero3(trunk, run, hw, step, flops, compute, total):
 
 def _dense_offload(trunk, run, hw, step, flops, compute, total, nvme):
     g = hw.gpus
+    shard = f" (1/{g} per GPU, ZeRO-3)" if g > 1 else ""
     states_where = "disk" if nvme else "host"
+    host_states = step.grads + (0 if nvme else step.weights + step.optimizer)
     components = [
         Component("CUDA context (assumed)", GPU_CONTEXT_BYTES, "gpu"),
-        Component("process (python, torch, libraries), per GPU", PROCESS_OVERHEAD_BYTES, "host"),
-        Component("bf16 weights", 2 * total, "gpu"),
-        Component("bf16 gradients", 2 * total, "gpu"),
+        *_process(),
+        Component(f"bf16 weights{shard}", 2 * total // g, "gpu"),
+        Component(f"bf16 gradients{shard}", 2 * total // g, "gpu"),
+        Component("gathered blocks (2, bf16)", 2 * 2 * trunk.layer_params if g > 1 else 0, "gpu"),
         Component("fp32 master weights", step.weights, states_where),
         Component("optimizer state (fp32 Adam)", step.optimizer, states_where),
         Component("fp32 gradients on the host", step.grads, "host"),
@@ -539,20 +552,23 @@ def _dense_offload(trunk, run, hw, step, flops, compute, total, nvme):
         Component("loss buffers (transient)", step.loss, "gpu"),
         Component("backward temporaries (transient)", step.backward_work, "gpu"),
     ]
+    components = [c for c in components if c.bytes]
     components += _disk(trunk, None)
-    working = {"gpu": step.forward_backward, "shared_host": 0}
+    # the node's processes share one partitioned copy of the host states
+    working = {"gpu": step.forward_backward, "shared_host": host_states}
     tokens_per_step = run.tokens * run.grad_accum * g
-    seconds = (4 * total) / hw.pcie_bytes_per_s + total / hw.host_adam_params_per_s
+    # per step: each GPU sends its bf16 gradients and receives its bf16 weights (in
+    # parallel); the host steps every parameter; NVMe reads and writes masters and moments
+    seconds = (4 * total / g) / hw.pcie_bytes_per_s + total / hw.host_adam_params_per_s
     if nvme:
         seconds += 2 * (step.weights + step.optimizer) / hw.disk_bytes_per_s
-    io_rate = tokens_per_step / seconds
-    rate = min(compute, io_rate)
+    rate = min(compute, tokens_per_step / seconds)
     name = "dense_gpu_offload_nvme" if nvme else "dense_gpu_offload"
     what = "NVMe (ZeRO-Infinity)" if nvme else "host memory (ZeRO-Offload)"
-    placement = _finish(
+    return _finish(
         name,
-        f"bf16 weights and gradients on each GPU; fp32 masters and Adam in {what}; "
-        "the step runs on the host",
+        f"bf16 weights and gradients on the GPUs{shard}; fp32 masters and Adam in {what}; "
+        "the Adam step runs on the host",
         components,
         working,
         flops,
@@ -561,5 +577,5 @@ def _dense_offload(trunk, run, hw, step, flops, compute, total, nvme):
         False,
         "not in this project's dense baseline (DeepSpeed ZeRO-Offload / Infinity)",
         _phases(step),
+        processes=g,
     )
-    return placement

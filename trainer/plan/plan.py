@@ -91,19 +91,25 @@ def choose(candidates: list[Placement], hardware: Hardware) -> Placement:
 
 
 def plan_training(
-    trunk: TrunkShape, expert: ExpertSpec, run: RunShape, hardware: Hardware
+    trunk: TrunkShape,
+    expert: ExpertSpec,
+    run: RunShape,
+    hardware: Hardware,
+    active_experts: int = 1,
 ) -> TrainingPlan:
     """Plan expert training and dense fine-tuning of ``trunk`` on ``hardware``.
 
     Dense fine-tunes the trunk and, when the mixture holds ``expert.count > 1`` experts,
-    every expert with it (the whole sparse model as one dense job)."""
+    every expert with it (the whole sparse model as one dense job, ``active_experts`` of
+    them active per token)."""
     if expert.hidden != trunk.hidden:
         raise ValueError(
             f"the expert is built for width {expert.hidden}, the trunk is {trunk.hidden} wide"
         )
     experts = expert_placements(trunk, expert, run, hardware)
     extra = expert.params * expert.count if expert.count > 1 else 0
-    dense = dense_placements(trunk, run, hardware, extra_params=extra)
+    active = expert.params * min(active_experts, expert.count) if expert.count > 1 else 0
+    dense = dense_placements(trunk, run, hardware, extra_params=extra, active_params=active)
     return TrainingPlan(
         trunk=trunk,
         expert_spec=expert,
