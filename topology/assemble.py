@@ -108,7 +108,12 @@ def trainer_from_config(
         raise ConfigError(f"trainer.device is {section.device!r} but no CUDA device is available")
     dtype = torch.bfloat16 if resolved.type == "cuda" and section.bf16 else torch.float32
     trunk_path = paths.trunk_dir(config, trunk_dir)
-    trunk = load_trunk(trunk_path, dtype=dtype, device=str(resolved))
+    if section.stream_trunk and resolved.type == "cpu":  # never loaded: mapped in its dtype
+        from trainer.mapped_trunk import load_mapped_trunk
+
+        trunk = load_mapped_trunk(trunk_path)
+    else:
+        trunk = load_trunk(trunk_path, dtype=dtype, device=str(resolved))
     store_path = paths.store_dir(config, store_dir)
     store = ExpertStore(store_path, trunk.fingerprint, **config.experts.store_options())
     return TrainerParts(

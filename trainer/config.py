@@ -43,6 +43,9 @@ class TrainerConfig:
     loss_chunk: int = 256  # rows (tokens) per chunk of the chunked loss
     offload_optimizer: bool = True  # on a GPU: optimizer state + master weights in host memory
     bf16: bool = True  # on a GPU: bf16 autocast (CPU runs stay fp32)
+    stream_trunk: bool = False  # CPU: trunk weights mapped in the file's dtype, copied to fp32
+    # one tensor at a time as each module runs, their pages dropped after (trainer/stream_trunk.py)
+    stream_read_ahead: int = 2  # with stream_trunk: blocks read ahead into the page cache
     device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1"...
     # --- the worker --------------------------------------------------------------------
     jobs_dir: str = ""  # job checkpoints; empty: <data_dir>/trainer/jobs
@@ -103,6 +106,8 @@ class TrainerConfig:
             raise ValueError("trainer.expert_rank must be >= 1")
         if self.expert_output_rank < 0 or self.expert_token_rank < 0:
             raise ValueError("trainer.expert_output_rank and expert_token_rank must be >= 0")
+        if self.stream_read_ahead < 0:
+            raise ValueError("trainer.stream_read_ahead must be >= 0 (0: no read-ahead)")
         if self.start_candidates < 0:
             raise ValueError("trainer.start_candidates must be >= 0")
         if self.candidate_eval_rows < 0:

@@ -19,6 +19,7 @@ from experts.expert import ExpertConfig
 from experts.trunk import Trunk
 from trainer.config import TrainerConfig
 from trainer.fused_loss import output_layer
+from trainer.mapped_trunk import map_stored_weights
 from trainer.mmap_weights import mmap_trunk_weights
 
 
@@ -31,12 +32,22 @@ def resolve_device(config: TrainerConfig) -> torch.device:
 def prepare_trunk(trunk: Trunk, config: TrainerConfig, cache_dir: Path | None = None) -> None:
     """Memory-map the trunk's weights (CPU, once per trunk) when ``config.mmap_trunk``.
 
+    With ``config.stream_trunk`` the weights become views of the files in the stored dtype
+    (:func:`trainer.mapped_trunk.map_stored_weights`), the mapping the recipe streams from.
+
     ``cache_dir`` holds a copy in the loaded dtype when the stored one differs (see
     :func:`trainer.mmap_weights.mmap_trunk_weights`). With the saver off, every weight is
     copied into anonymous process memory, whatever the loader did (recent transformers
     versions may map the files themselves), so the saver's effect is measurable.
     """
-    if trunk.device.type != "cpu" or "_worx_mmapped" in trunk.model.__dict__:
+    if trunk.device.type != "cpu":
+        return
+    if config.stream_trunk:  # the file's own mappings, in its dtype (trainer/stream_trunk.py)
+        if "_worx_mapped" not in trunk.model.__dict__:
+            trunk.model.__dict__["_worx_mapped"] = map_stored_weights(trunk.model, trunk.path)
+            trunk.model.__dict__["_worx_mmapped"] = True
+        return
+    if "_worx_mmapped" in trunk.model.__dict__:
         return
     if config.mmap_trunk:
         cache = None

@@ -52,6 +52,7 @@ from trainer.optim import FlatOptimizer, set_lr, state_breakdown, state_bytes
 from trainer.precision import autocast_for
 from trainer.progress import StepProgress
 from trainer.schedule import lr_at
+from trainer.stream_trunk import streamed_weights
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +163,8 @@ class ExpertRecipe:
                 f"the trunk is on {self.trunk.device} but trainer.device resolves to {self.device}"
             )
         prepare_trunk(self.trunk, cfg)
+        if cfg.stream_trunk and self.device.type == "cpu":
+            self._exit.enter_context(streamed_weights(self.trunk, cfg.stream_read_ahead))
         heldout_from_train = False
         train_texts = [t for t in train_texts if t.strip()]
         heldout_texts = [t for t in heldout_texts if t.strip()]
@@ -251,6 +254,7 @@ class ExpertRecipe:
                 "optimizer": cfg.optimizer,
                 "activation_checkpointing": cfg.activation_checkpointing,
                 "mmap_trunk": bool(self.trunk.model.__dict__.get("_worx_mmapped", False)),
+                "stream_trunk": cfg.stream_trunk and self.device.type == "cpu",
                 "offload_optimizer": offload,
                 "chunked_loss": cfg.chunked_loss,
                 "bf16": self._autocast_enabled(),
