@@ -306,7 +306,9 @@ class ExpertServer:
                 raise RequestError(f"unknown expert(s) {unknown}; GET /experts lists them")
             routing: dict[str, Any] = {"routed_by": "request"}
             if explain:
-                routing["explain"] = {**self._route(text, table, True)[2], "overridden": True}
+                # the gate's own choice, for comparison; the perplexity is the request's
+                why = self._route(text, table, True)[2]
+                routing["explain"] = {**why, "overridden": True, "requested": expert_weights}
             return expert_weights, routing
         decision, likelihood, why = self._route(text, table, explain)
         routing = {

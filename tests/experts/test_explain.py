@@ -72,7 +72,9 @@ def test_score_with_explain_over_http(server):
         assert explained["experts"] == plain["experts"] == explained["explain"]["experts"]
         assert explained["explain"]["nearest"][0]["domain_id"] == "python_code"
         forced = _post(f"{base}/score", {"text": CODE, "experts": {}, "explain": True})
-        assert forced["explain"]["overridden"] and forced["explain"]["experts"] == {"code": 1.0}
+        why = forced["explain"]
+        assert why["overridden"] and why["requested"] == {} and why["experts"] == {"code": 1.0}
+        assert why["perplexity"]["with_experts"] == why["perplexity"]["trunk_alone"]
         with pytest.raises(urllib.error.HTTPError) as bad:
             _post(f"{base}/score", {"text": CODE, "explain": "yes"})
         assert bad.value.code == 400
