@@ -21,15 +21,18 @@ and whole, is routed three ways, in the same run:
   (:class:`experts.likelihood_routing.LikelihoodRouter`) for texts the route stage's
   rule leaves unsure.
 
-Keys: ``route_recall_N`` (served by its own label's expert), ``route_wrong_N`` (by another
-label's expert), ``route_foreign_N`` (each label's documents against the table and experts
-without that label's; share served by any expert, mean over labels), ``reranked_N``
-(share of texts the likelihood step scored). The loss of every text under the trunk and
-under every expert is computed once, so ``--grid FILE`` writes the same figures for a
-grid of settings (candidates x margin x max_tokens) without another forward; the JSON line
-reports the one chosen (``--set``, else the router's defaults). ``likelihood_ms`` is the
-measured extra forward of one re-ranked request (1 + candidates rows), beside
-``score_ms``, a request's own scoring forward (one row of the same text).
+Keys: ``route_recall_N`` (served by its own label's expert alone), ``route_wrong_N`` (by
+another label's expert, or by a mix of tied experts without its own label's),
+``route_mixed_with_own_N`` (by a mix of tied experts that includes its own label's: the
+likelihood step's mixing, neither right nor wrong), ``route_foreign_N`` (each label's
+documents against the table and experts without that label's; share served by any
+expert, mean over labels), ``reranked_N`` (share of texts the likelihood step scored).
+The loss of every text under the trunk and under every expert is computed once, so
+``--grid FILE`` writes the same figures for a grid of settings (candidates x margin x
+max_tokens) without another forward; the JSON line reports the one chosen (``--set``,
+else the router's defaults). ``likelihood_ms`` is the measured extra forward of one
+re-ranked request (1 + candidates rows), beside ``score_ms``, a request's own scoring
+forward (one row of the same text).
 
 Usage::
 
@@ -58,7 +61,7 @@ from route_recall import build_table, key, split, subtable  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from experts.expert import Expert, ExpertConfig  # noqa: E402
-from experts.likelihood_routing import LikelihoodRouter, choose  # noqa: E402
+from experts.likelihood_routing import LikelihoodRouter, choose, tied  # noqa: E402
 from experts.mixture import Mixture  # noqa: E402
 from experts.trunk import load_trunk  # noqa: E402
 from ingest.scenario import Scenario  # noqa: E402
@@ -80,6 +83,7 @@ GRID = {
     "separation": (0.0, 0.25, 0.5, 0.6, 0.75, 1.0, 1.25),
     "max_tokens": (32, 64),
 }
+SETTINGS = (*GRID, "mix_margin")  # --set FIELD=VALUE; the grid keeps the default mix_margin
 
 
 def recipe_config(steps: int) -> TrainerConfig:
@@ -149,6 +153,10 @@ def reroute(router, gate, vector, table, experts, decision, losses, column) -> t
     mean = np.nanmean(head, axis=1)  # (1 + L,)
     scored = {d: float(mean[column[d]]) for d in names}
     chosen = choose(decision.domain_id, float(mean[0]), scored, router.margin, router.separation)
+    if chosen is None and decision.domain_id is None:
+        mix = tied(float(mean[0]), scored, router.mix_margin, router.separation, router.mix_top)
+        if mix:
+            return frozenset(mix), True  # served by the mix of these domains' experts
     served = chosen if (chosen != decision.domain_id or decision.weights) else None
     return served, True
 
@@ -175,11 +183,16 @@ def measure(trunk, table, held, embedder, gate, experts_by_label, routers, dump=
     }
 
     def served_label(domain):
+        if isinstance(domain, frozenset):  # a mix: the labels of its domains
+            return frozenset(label_of[d] for d in domain)
         return None if domain is None else label_of[domain]
 
     def report(out: dict, prefix: str, k: str, served: list) -> None:
         out[f"{prefix}route_recall_{k}"] = _share(served[:n], truth[:n], right=True)
         out[f"{prefix}route_wrong_{k}"] = _share(served[:n], truth[:n], right=False)
+        pairs = zip(served[:n], truth[:n], strict=True)
+        mixed = [isinstance(s, frozenset) and t in s for s, t in pairs]
+        out[f"{prefix}route_mixed_with_own_{k}"] = float(np.mean(mixed))
         if len(docs) > n:
             out[f"{prefix}trunk_served_{k}"] = float(np.mean([s is None for s in served[n:]]))
         if k == "256":
@@ -275,9 +288,17 @@ def measure(trunk, table, held, embedder, gate, experts_by_label, routers, dump=
 
 
 def _share(served, truth, right: bool) -> float:
+    """Right: served by its own label's expert alone. Wrong: by another label's expert, or
+    by a mix without its own label's (a mix with it is neither: ``route_mixed_with_own``)."""
     if right:
         return float(np.mean([s == t for s, t in zip(served, truth, strict=True)]))
-    return float(np.mean([s is not None and s != t for s, t in zip(served, truth, strict=True)]))
+
+    def wrong(s, t) -> bool:
+        if isinstance(s, frozenset):
+            return t not in s
+        return s is not None and s != t
+
+    return float(np.mean([wrong(s, t) for s, t in zip(served, truth, strict=True)]))
 
 
 def cost(trunk, embedder, gate, table, held, experts_by_label, router, count: int = 60) -> dict:
@@ -342,16 +363,17 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="a setting of the likelihood step (candidates, margin, separation, max_tokens)",
+        help="a setting of the likelihood step (candidates, margin, separation, max_tokens, "
+        "mix_margin)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     chosen = {}
     for item in args.set:
         field, _, value = item.partition("=")
-        if field not in GRID:
-            parser.error(f"unknown setting {field!r}: one of {sorted(GRID)}")
-        chosen[field] = float(value) if field in ("margin", "separation") else int(value)
+        if field not in SETTINGS:
+            parser.error(f"unknown setting {field!r}: one of {sorted(SETTINGS)}")
+        chosen[field] = int(value) if field in ("candidates", "max_tokens") else float(value)
     shipped = LikelihoodRouter(**chosen)
     routers = {"ours": shipped}
     if args.grid is not None:
@@ -384,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         "experts_not_worth_it": sorted(k for k, v in outcomes.items() if v != "finished"),
         **result["figures"]["ours"],
         **result["base"],
-        "likelihood": {k: getattr(shipped, k) for k in GRID},
+        "likelihood": {k: getattr(shipped, k) for k in SETTINGS},
         **cost(trunk, embedder, gate, table, held, experts, shipped),
         "torch_threads": torch.get_num_threads(),
     }

@@ -26,6 +26,8 @@ class ExpertsConfig:
     gate_likelihood_margin: float = 0.5  # nats/token the best expert must beat the trunk by
     gate_likelihood_separation: float = 0.6  # ... and every other candidate's expert by
     gate_likelihood_max_tokens: int = 64  # tokens of the text's head scored (the extra cost)
+    gate_likelihood_mix_margin: float = 3.0  # a novel text two experts explain about as well,
+    # each this many nats/token better than the trunk, gets their mix (inf: never)
     serve_host: str = "127.0.0.1"  # HTTP API address (loopback unless you mean to expose it)
     serve_port: int = 8080  # HTTP API port (0: any free port, printed at start)
     max_tokens: int = 1024  # longest text scored (tokens beyond are cut, and reported)
@@ -58,11 +60,16 @@ class ExpertsConfig:
             raise ValueError("experts.gate_top_k must be >= 1 and experts.gate_temperature > 0")
         if (
             self.gate_likelihood_candidates < 0
-            or min(self.gate_likelihood_margin, self.gate_likelihood_separation) < 0
+            or min(
+                self.gate_likelihood_margin,
+                self.gate_likelihood_separation,
+                self.gate_likelihood_mix_margin,
+            )
+            < 0
         ):
             raise ValueError(
                 "experts.gate_likelihood_candidates must be >= 0 (0: off), "
-                "experts.gate_likelihood_margin and experts.gate_likelihood_separation >= 0"
+                "experts.gate_likelihood_margin, _separation and _mix_margin >= 0"
             )
         if self.gate_likelihood_max_tokens < 2:
             raise ValueError("experts.gate_likelihood_max_tokens must be >= 2")

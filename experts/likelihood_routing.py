@@ -16,8 +16,18 @@ best     the candidate with the lowest L_d
 take it  if L0 - L_best >= margin (nats per token), L_second - L_best >= separation
          (no other candidate's expert explains it about as well), and, when the
          embedding rule chose another domain that has an expert, L_that - L_best >= margin;
+mix them if the embedding rule left the text on the trunk (novel) and the candidates
+         within separation of the best (at most `mix_top`) each beat the trunk by
+         mix_margin or more: the text is clearly one the library explains, just not one
+         domain's (Python source and Python docs, say), so it gets those domains' experts
+         with equal shares (each domain's share split as the gate splits it) and no
+         domain (``domain_id`` None)
 else     the embedding rule's decision stands
 ```
+
+Mixing is measured (bench/route_recall_experts.py, docs/experts.md): at mix_margin 3.0 on
+the bundled corpus it moves ~3 % of 256-character prompts from the trunk to a mix that
+includes their own domain's expert and sends no more to a mix without it.
 
 A text the route stage assigns is never re-ranked, nor is one whose candidates have no
 expert. The rule is :func:`choose` (pure, shared with ``bench/route_recall_experts.py``).
@@ -30,6 +40,8 @@ Example
 True
 >>> choose(None, trunk_loss=6.0, losses={"code": 5.9}, margin=0.5) is None  # not clear
 True
+>>> tied(10.0, {"code": 6.1, "docs": 6.4, "legal": 9.5}, mix_margin=3.0, separation=0.6)
+['code', 'docs']
 """
 
 from __future__ import annotations
@@ -76,6 +88,36 @@ def choose(
     return best
 
 
+def tied(
+    trunk_loss: float,
+    losses: Mapping[str, float],
+    mix_margin: float,
+    separation: float,
+    mix_top: int = 2,
+) -> list[str]:
+    """The candidates a novel text is mixed over (module docstring), best first; fewer
+    than two: no mix. ``mix_margin`` inf or ``mix_top`` < 2 turns mixing off."""
+    ranked = sorted(sorted(losses), key=lambda d: losses[d])  # ties: the smaller id
+    if len(ranked) < 2 or mix_top < 2:
+        return []
+    best = losses[ranked[0]]
+    close = [d for d in ranked[:mix_top] if losses[d] - best < separation]
+    if len(close) < 2 or any(trunk_loss - losses[d] < mix_margin for d in close):
+        return []
+    return close
+
+
+def mixed_weights(mixes: Mapping[str, Mapping[str, float]], domains: list[str]) -> dict:
+    """``{expert_id: weight}``: each of ``domains`` an equal share, split among its own
+    experts as in ``mixes[domain]`` (the gate's weights for that domain)."""
+    share = 1.0 / len(domains)
+    out: dict[str, float] = {}
+    for d in domains:
+        for expert_id, w in mixes[d].items():
+            out[expert_id] = out.get(expert_id, 0.0) + share * w
+    return out
+
+
 @dataclass(frozen=True)
 class LikelihoodRouter:
     """Re-ranks the gate's unsure decisions by the candidates' experts' likelihood.
@@ -92,20 +134,33 @@ class LikelihoodRouter:
         experts that explain a text about as well leave the embedding's decision).
     max_tokens : int
         Tokens of the prompt scored at most (its head); bounds the extra forward's cost.
+    mix_margin : float
+        Nats per token by which every tied candidate's expert must beat the trunk for a
+        novel text to be served by their mix (inf: never mixed).
+    mix_top : int
+        Tied candidates mixed at most (below 2: never mixed).
     """
 
     candidates: int = 8
     margin: float = 0.5
     separation: float = 0.6
     max_tokens: int = 64
+    mix_margin: float = 3.0
+    mix_top: int = 2
 
     def __post_init__(self) -> None:
-        if self.candidates < 0 or min(self.margin, self.separation) < 0 or self.max_tokens < 2:
+        if (
+            self.candidates < 0
+            or min(self.margin, self.separation, self.mix_margin) < 0
+            or self.max_tokens < 2
+            or self.mix_top < 0
+        ):
             raise ValueError(
                 "likelihood routing: need candidates >= 0 (0: off), margin >= 0, "
-                f"separation >= 0 and max_tokens >= 2; got candidates={self.candidates}, "
-                f"margin={self.margin}, separation={self.separation}, "
-                f"max_tokens={self.max_tokens}"
+                "separation >= 0, max_tokens >= 2, mix_margin >= 0 and mix_top >= 0; got "
+                f"candidates={self.candidates}, margin={self.margin}, "
+                f"separation={self.separation}, max_tokens={self.max_tokens}, "
+                f"mix_margin={self.mix_margin}, mix_top={self.mix_top}"
             )
 
     def candidate_domains(
@@ -156,11 +211,18 @@ class LikelihoodRouter:
         mean = losses.mean(dim=1).tolist()  # (1 + C,)
         scored = dict(zip(names, mean[1:], strict=True))
         chosen = choose(decision.domain_id, mean[0], scored, self.margin, self.separation)
+        mix = []
+        if chosen is None and decision.domain_id is None:
+            mix = tied(mean[0], scored, self.mix_margin, self.separation, self.mix_top)
         info = {
             "trunk_loss": round(mean[0], 4),
             "losses": {d: round(v, 4) for d, v in scored.items()},
-            "changed": chosen != decision.domain_id,
+            "changed": chosen != decision.domain_id or bool(mix),
         }
+        if mix:
+            info["mixed"] = mix
+            weights = mixed_weights(mixes, mix)
+            return GateDecision(None, decision.similarity, weights, decision.domain_version), info
         if chosen == decision.domain_id:
             return decision, info
         row = domains.get(chosen)
@@ -181,4 +243,5 @@ def likelihood_router(section: Any) -> LikelihoodRouter | None:
         section.gate_likelihood_margin,
         section.gate_likelihood_separation,
         section.gate_likelihood_max_tokens,
+        section.gate_likelihood_mix_margin,
     )

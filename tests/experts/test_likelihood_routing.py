@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 
 from experts.config import ExpertsConfig
-from experts.likelihood_routing import LikelihoodRouter, choose, likelihood_router
+from experts.likelihood_routing import (
+    LikelihoodRouter,
+    choose,
+    likelihood_router,
+    mixed_weights,
+    tied,
+)
 from experts.serving import ExpertServer
 from experts.store import ExpertStore
 from experts.trunk import load_trunk
@@ -127,7 +133,52 @@ def test_choose_keeps_the_embedding_decision_unless_an_expert_is_clearly_better(
         LikelihoodRouter(margin=-1.0)
 
 
+def test_tied_candidates_are_mixed_only_when_each_clearly_beats_the_trunk() -> None:
+    assert tied(10.0, {"a": 6.0, "b": 6.5}, mix_margin=3.0, separation=0.6) == ["a", "b"]
+    assert tied(10.0, {"a": 6.0, "b": 7.5}, mix_margin=3.0, separation=0.6) == []  # b too weak
+    assert tied(10.0, {"a": 6.0, "b": 6.7}, mix_margin=3.0, separation=0.6) == []  # not tied
+    assert tied(10.0, {"a": 6.0}, mix_margin=3.0, separation=0.6) == []  # one: no mix
+    assert tied(10.0, {"a": 6.0, "b": 6.1, "c": 6.2}, 3.0, 0.6) == ["a", "b"]  # mix_top 2
+    assert tied(10.0, {"a": 6.0, "b": 6.1, "c": 6.2}, 3.0, 0.6, mix_top=3) == ["a", "b", "c"]
+    assert tied(10.0, {"a": 6.0, "b": 6.1}, float("inf"), 0.6) == []  # off
+    weights = mixed_weights({"a": {"a1": 0.75, "a2": 0.25}, "b": {"b1": 1.0}}, ["a", "b"])
+    assert weights == {"a1": 0.375, "a2": 0.125, "b1": 0.5}
+
+
+def test_a_novel_prompt_two_experts_explain_alike_gets_their_mix(trained, monkeypatch) -> None:
+    """Everything counts as tied here (separation 100), and mixing needs only that each
+    expert beats the trunk (mix_margin 0): the prompts the step leaves novel are mixed
+    exactly when both experts are below the trunk's loss, and never with mixing off."""
+    prompts = [doc[:40] for doc in domain_texts("legal", 60, skip=200)]
+    mixing = LikelihoodRouter(2, margin=0.25, separation=100.0, mix_margin=0.0)
+    monkeypatch.setattr(trained, "likelihood", mixing)
+    novel = [p for p in prompts if _embedding_decision(trained, p).domain_id is None]
+    served = [trained.score(p) for p in novel]
+    both = [
+        s
+        for s in served
+        if max(s["likelihood"]["losses"].values()) <= s["likelihood"]["trunk_loss"]
+    ]
+    assert both, "some novel legal prompts should be explained better by both experts"
+    mixed = 0
+    for result in served:
+        if result in both and min(result["likelihood"]["losses"].values()) <= (
+            result["likelihood"]["trunk_loss"] - 0.25
+        ):
+            assert result["domain"] is None
+            assert result["experts"] == {"legal": 0.5, "python_code": 0.5}, result
+            assert sorted(result["likelihood"]["mixed"]) == ["legal", "python_code"]
+            mixed += 1
+        else:
+            assert len(result["experts"]) <= 1 and "mixed" not in result["likelihood"]
+    assert mixed >= 1, "at least one prompt should have been mixed"
+    monkeypatch.setattr(trained, "likelihood", LikelihoodRouter(2, 0.25, 100.0, 64, float("inf")))
+    assert all(len(trained.score(p)["experts"]) <= 1 for p in novel)
+
+
 def test_config_refuses_bad_settings() -> None:
     with pytest.raises(ValueError, match="gate_likelihood"):
         ExpertsConfig(gate_likelihood_candidates=-1).validate()
+    with pytest.raises(ValueError, match="mix_margin"):
+        ExpertsConfig(gate_likelihood_mix_margin=-1.0).validate()
     ExpertsConfig().validate()
