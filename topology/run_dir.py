@@ -14,7 +14,9 @@ create nothing: a missing directory or file is a :class:`RunError` (one line, ex
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ from router.table_file import FILE as DOMAINS_FILE
 from router.table_file import TableFileError
 from worx.atomic import atomic_write_json
 from worx.errors import UserError
+
+log = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
 SCHEMA_VERSION = 1
@@ -129,8 +133,11 @@ def run_server(
     """An :class:`experts.serving.ExpertServer` on the run's trunk, store and domain table
     (``trunk_dir`` / ``store_dir`` override the run's own); follows no topic.
 
+    A run that stored no expert yet is served by the trunk alone (its store is not made).
+
     Raises:
-        RunError: the trunk or the store is not where the run (or the override) says.
+        RunError: the trunk is not where the run (or the override) says.
+        UserError: a ``store_dir`` override that does not exist.
     """
     from topology.assemble import server_from_config
 
@@ -142,12 +149,13 @@ def run_server(
         where = "given" if trunk_dir else f"recorded in {run.root / RUN_FILE}"
         raise RunError(f"the trunk {trunk} ({where}) {what}", "pass --trunk DIR")
     store = Path(store_dir) if store_dir else run.store_dir
-    if not store.is_dir():
-        raise RunError(
-            f"the run's expert store {store} does not exist (no expert was stored yet?)",
-            "pass --store DIR",
-        )
-    server = server_from_config(config, str(trunk) if trunk else None, str(store))
+    if not store_dir and not store.is_dir():  # no expert stored yet: the trunk serves alone
+        log.warning("the run has no expert store yet (%s): the trunk serves every text", store)
+        experts = dataclasses.replace(config.experts, store_dir=str(store))
+        config, store_dir = dataclasses.replace(config, experts=experts), None
+    else:
+        store_dir = str(store)  # an override that does not exist is refused (and not made)
+    server = server_from_config(config, str(trunk) if trunk else None, store_dir)
     server.rebuild_from_store()
     server.domains = load_domains(run, getattr(server.embedder, "dim", None))
     return server

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from pathlib import Path
 
@@ -86,3 +87,28 @@ def _post(url: str, body: dict) -> dict:
     request = urllib.request.Request(url, data=json.dumps(body).encode())
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
+
+
+def test_a_run_that_stored_no_expert_is_explained_with_the_trunk_alone(
+    trunk_dirs, tmp_path, monkeypatch, capsys
+):
+    from router.records import DomainRecord
+    from router.table_file import SavedTable
+    from topology.cli import main
+    from topology.run_dir import write_run_file
+
+    for name in [k for k in os.environ if k.startswith("WORX_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "young-run"
+    write_run_file(run, trunk_dirs["gpt2"], run / "experts", run / "monitor")
+    text = domain_texts("legal", 1, skip=30)[0]
+    centroid = [round(float(x), 7) for x in default_embedder().embed([text])[0]]
+    SavedTable(run / "domains.json").apply(
+        DomainRecord("dom-legal", centroid, 0.5, 10, 0.8, name="legal")
+    )
+    assert main(["explain", text, "--run", str(run), "--json"]) == 0
+    why = json.loads(capsys.readouterr().out)
+    assert why["decision"]["domain_id"] == "dom-legal" and why["decision"]["name"] == "legal"
+    assert why["served_by"] == "trunk" and "has no expert" in why["served_why"]
+    assert not (run / "experts").exists()  # read-only: the missing store is not made
