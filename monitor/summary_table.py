@@ -107,33 +107,53 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def drift_table(monitor_dir: Path, names: Mapping[str, str]) -> Table | None:
-    """Every drift event the monitor saw in ``monitor_dir`` and what it led to."""
+def saved_drift(monitor_dir: Path) -> tuple[list, list, dict]:
+    """The drift events, jobs and latest job statuses the monitor saved in ``monitor_dir``
+    (``live.json``, ``jobs.json``); empty where absent."""
     live = _read_json(monitor_dir / "live.json") or {}
-    events = live.get("drift") or []
+    jobs = list((_read_json(monitor_dir / "jobs.json") or {}).values())
+    return list(live.get("drift") or []), jobs, dict(live.get("jobs") or {})
+
+
+def drift_table(
+    events: list, jobs: list, statuses: Mapping[str, Any], names: Mapping[str, str]
+) -> Table | None:
+    """Every drift event and what it led to (records or their dicts; see drift_explain)."""
     if not events:
         return None
-    jobs = (_read_json(monitor_dir / "jobs.json") or {}).values()
     table = Table(title=f"drift events: {tally(events)}", title_justify="left", show_edge=False)
     table.add_column("what fired", no_wrap=True)
     table.add_column("domain", overflow="fold")
     table.add_column("what it led to", overflow="fold", ratio=1)
-    for item in explain(events, jobs, live.get("jobs") or {}, names):
+    for item in explain(events, jobs, statuses, names):
         table.add_row(item.fired, item.domain, item.led_to)
     return table
 
 
-def summary(report: Mapping[str, Any]) -> Group:
-    """The whole printed summary of a demo ``report`` (the ``demo.json`` dict)."""
+def summary(
+    report: Mapping[str, Any],
+    drift: tuple[list, list, Mapping[str, Any]] | None = None,
+    names: Mapping[str, str] | None = None,
+) -> Group:
+    """The whole printed summary of a demo ``report`` (the ``demo.json`` dict).
+
+    ``drift`` is ``(events, jobs, statuses)`` as the caller saw them (e.g. the loop
+    watcher's, which is never behind); None reads what the monitor saved in the run
+    directory (:func:`saved_drift`). ``names``: domain id -> name (default: the report's
+    ``domain_labels``).
+    """
     parts: list[Any] = [figures_table(report)]
     new = new_domains_table(report)
     if new is not None:
         parts.append(new)
     run_dir = report.get("run_dir")
-    if run_dir:
-        drift = drift_table(Path(run_dir) / "monitor", report.get("domain_labels") or {})
-        if drift is not None:
-            parts.append(drift)
+    if drift is None and run_dir:
+        drift = saved_drift(Path(run_dir) / "monitor")
+    if drift is not None:
+        names = names if names is not None else (report.get("domain_labels") or {})
+        table = drift_table(*drift, names=names)
+        if table is not None:
+            parts.append(table)
     files = report.get("report") or {}
     if isinstance(files, Mapping) and files:
         ordered = sorted(files.items(), key=lambda kv: (kv[0] != "report.html", kv[0]))
@@ -161,5 +181,11 @@ def _addresses(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def print_summary(report: Mapping[str, Any], console: Console | None = None) -> None:
-    (console or Console()).print(summary(report))
+def print_summary(
+    report: Mapping[str, Any],
+    console: Console | None = None,
+    drift: tuple[list, list, Mapping[str, Any]] | None = None,
+    names: Mapping[str, str] | None = None,
+) -> None:
+    """Print :func:`summary` (same arguments) on ``console``."""
+    (console or Console()).print(summary(report, drift, names))

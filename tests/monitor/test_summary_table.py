@@ -102,3 +102,15 @@ def test_a_run_kept_serving_shows_its_live_addresses() -> None:
     text = _printed({**REPORT, "keep_serving": True})
     assert "serve: http://127.0.0.1:40001" in text and "Ctrl-C stops" in text
     assert "drift events" not in text  # no run directory: nothing to explain
+
+
+def test_drift_can_come_from_the_caller_s_records_not_the_saved_files(tmp_path: Path) -> None:
+    from router.records import DriftEvent
+
+    event = DriftEvent("ev-1", "domain_distance", "drift", "dom-a", {"recent_docs": 9.0}, 0, 5)
+    report = {**REPORT, "run_dir": str(_run_dir(tmp_path))}  # the files say otherwise
+    console = Console(record=True, width=120)
+    print_summary(report, console, drift=([event], [], {}), names={"dom-a": "court·plaintiff"})
+    text = " ".join(console.export_text().split())
+    assert "0 new domains, 0 novelty-rate rises, 1 domain drift" in text
+    assert "court·plaintiff (dom-a)" in text and "no drift job: 9 recent documents" in text
