@@ -145,7 +145,7 @@ def perplexity_figure(state: dict[str, Any]) -> Figure:
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.grid(axis="y", which="major", color="#f3f4f6", linewidth=1)
     ticks = [f"{s}\n{lab}" for s, lab in zip(run["steps"], run["step_labels"], strict=True)]
-    ax.set_xticks(run["steps"], ticks, rotation=30 if len(ticks) > 6 else 0, ha="center")
+    ax.set_xticks(run["steps"], ticks, rotation=30 if len(ticks) > 9 else 0, ha="center")
     ax.set_xlabel("step: the expert registered (0 = trunk alone)", color=MUTED, fontsize=9)
     ax.set_ylabel("held-out perplexity", color=MUTED, fontsize=9)
     ax.legend(
@@ -193,23 +193,30 @@ def training_spans(live: dict[str, Any]) -> list[dict[str, Any]]:
     the first status, ``started``, to the last: registered, not worth it, failed, or still
     running), in start order, each with its registration time if it registered one.
 
+    A registration proves its job finished even where the job's last status seen was
+    still ``step`` (the monitor can read ``worx.experts`` ahead of ``worx.train.status``).
+
     Returns dicts ``{job_id, domain_id, start_ms, end_ms, state, expert_id,
     registered_ms}``.
     """
-    registered = {r.get("job_id"): r.get("created_ms") for r in live.get("registrations", []) if r}
+    registered = {r.get("job_id"): r for r in live.get("registrations", []) if r}
     spans = []
     for job_id, job in (live.get("jobs") or {}).items():
         end = int(job.get("updated_ms") or job.get("created_ms") or 0)
         start = int(job.get("first_ms") or end)
+        state, expert = job.get("state", ""), job.get("expert_id")
+        registration = registered.get(job_id) or {}
+        if registration and state in ("started", "step"):
+            state, expert = "finished", registration.get("expert_id")
         spans.append(
             {
                 "job_id": job_id,
                 "domain_id": job.get("domain_id"),
                 "start_ms": min(start, end),
                 "end_ms": end,
-                "state": job.get("state", ""),
-                "expert_id": job.get("expert_id"),
-                "registered_ms": registered.get(job_id),
+                "state": state,
+                "expert_id": expert,
+                "registered_ms": registration.get("created_ms"),
             }
         )
     return sorted(spans, key=lambda s: (s["start_ms"], s["job_id"]))

@@ -84,6 +84,11 @@ def _live(root: Path) -> LiveState:
             )
     live.registration({"expert_id": "exp-a", "domain_id": "dom-bio", "job_id": "job-a",
                        "created_ms": T0 + 21_000})  # fmt: skip
+    # job-d's last status read is a step, but its expert is registered: it finished
+    live.train_status({"job_id": "job-d", "domain_id": "dom-legal", "state": "step", "step": 20,
+                       "total_steps": 20, "created_ms": T0 + 60_000})  # fmt: skip
+    live.registration({"expert_id": "exp-d", "domain_id": "dom-legal", "job_id": "job-d",
+                       "created_ms": T0 + 62_000})  # fmt: skip
     live.save()
     return live
 
@@ -196,16 +201,18 @@ def test_training_spans_come_from_the_status_records(state: dict) -> None:
     assert spans["job-a"]["state"] == "finished" and spans["job-a"]["registered_ms"] == T0 + 21_000
     assert spans["job-b"]["state"] == "not_worth_it" and spans["job-b"]["registered_ms"] is None
     assert spans["job-c"]["state"] == "step" and spans["job-c"]["end_ms"] == T0 + 50_000
-    assert [s["job_id"] for s in training_spans(state["live"])] == ["job-a", "job-b", "job-c"]
+    assert spans["job-d"]["state"] == "finished" and spans["job-d"]["expert_id"] == "exp-d"
+    order = [s["job_id"] for s in training_spans(state["live"])]
+    assert order == ["job-a", "job-b", "job-c", "job-d"]
     fig = timeline_figure(state)
     try:
         [ax, *_] = fig.axes
         assert "training spans" in ax.get_title(loc="left")
         bars = [p for p in ax.patches if p.get_width() > 0]
-        assert len(bars) == 3
+        assert len(bars) == 4
         assert bars[0].get_x() == pytest.approx(0.0) and bars[0].get_width() == pytest.approx(20.0)
         assert [t.get_text() for t in ax.get_yticklabels()] == [
-            "biomedical", "fiction_austen", "python_code",
+            "biomedical", "fiction_austen", "python_code", "legal",
         ]  # fmt: skip
         _assert_inside_and_apart(fig)
     finally:
