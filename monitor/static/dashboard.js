@@ -96,6 +96,15 @@ function logTicks(lo, hi) {
   return [0, 1, 2, 3].map(k => Number((10 ** (lo + (hi - lo) * (k + 0.5) / 4)).toPrecision(2)));
 }
 
+// Ticks of a linear axis: round steps (1, 2 or 5 times a power of ten), four to eight of them.
+function linearTicks(lo, hi) {
+  const raw = (hi - lo) / 5, power = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map(m => m * power).find(s => (hi - lo) / s <= 8);
+  const ticks = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-12; v += step) ticks.push(Number(v.toPrecision(12)));
+  return ticks;
+}
+
 function lineChart(box, opts) {
   // opts: {series:[{name,legend,color,points:[[x,y|null]],cls,dash}], xs, xticks, markers:[x],
   //        log, zero, height}; markers are dashed lines only: no text is drawn over the data
@@ -113,12 +122,12 @@ function lineChart(box, opts) {
   const pad = (hi - lo) * 0.08; lo -= pad; hi += pad;
   const xs = opts.xs, x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
   const X = x => l + (w - l - r) * (x - x0) / (x1 - x0), Y = y => t + (h - t - b) * (1 - (f(y) - lo) / (hi - lo));
-  const ticks = opts.log ? logTicks(lo, hi) : [0, 1, 2, 3, 4].map(k => lo + (hi - lo) * k / 4);
+  const ticks = opts.log ? logTicks(lo, hi) : linearTicks(lo, hi);
   if (opts.log) svg.setAttribute("data-scale", "log");
   ticks.forEach(v => {
     el("line", { x1: l, x2: w - r, y1: Y(v), y2: Y(v), stroke: "#f1f5f9" }, svg);
     el("text", { x: l - 6, y: Y(v) + 4, "text-anchor": "end", "font-size": 11, fill: "#6b7280", class: "ytick" },
-       svg, opts.log ? v.toLocaleString("en") : v.toPrecision(3));
+       svg, opts.log ? v.toLocaleString("en") : String(v));
   });
   if (opts.zero && lo < 0 && hi > 0) el("line", { x1: l, x2: w - r, y1: Y(0), y2: Y(0), stroke: "#9ca3af" }, svg);
   xs.forEach((x, i) => {
