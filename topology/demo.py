@@ -12,6 +12,7 @@ import json
 import logging
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from ingest.scenario import Scenario
 from monitor import run_summary
 from monitor.history import MatrixHistory
 from topology.broker import EmbeddedBroker
-from topology.loop import LoopOptions, start_loop, watch_live
+from topology.loop import LoopOptions, RunningLoop, start_loop, watch_live
 from topology.supervisor import ChildSpec, worx_argv
 from topology.topics import ensure_topics
 from topology.watch import LoopState
@@ -95,7 +96,17 @@ def loop_is_done(state: LoopState, fed: int, quiet_s: float, feed_done: bool) ->
     return time.monotonic() - state.last_change_at >= quiet_s
 
 
-def run_demo(plan: DemoPlan, console: Console | None = None) -> dict:
+def run_demo(
+    plan: DemoPlan,
+    console: Console | None = None,
+    on_stopped: Callable[[RunningLoop, bool], dict] | None = None,
+) -> dict:
+    """Run the demo; returns the summary (also in ``<run_dir>/demo.json``).
+
+    ``on_stopped(loop, interrupted)`` is called once every stage has stopped, before the
+    summary is written (``--keep-serving`` starts the finished run's servers there, so
+    they load while the report is drawn); what it returns updates the summary.
+    """
     console = console or Console()
     started = time.monotonic()
     plan.run_dir.mkdir(parents=True, exist_ok=True)
@@ -143,6 +154,11 @@ def run_demo(plan: DemoPlan, console: Console | None = None) -> dict:
                 routed = len(loop.watcher.state.routed_ids)
         finally:
             loop.stop()
+    # where the run was served and its dashboard: live again after the run with
+    # --keep-serving (the same ports when free), else `explore_command` serves it
+    addresses = {"serve_url": loop.serve_url, "dashboard_url": loop.dashboard_url}
+    if on_stopped is not None:
+        addresses.update(on_stopped(loop, interrupted) or {})
     report = summarise(plan, labels, expert_domains)
     report.update(
         wall_s=round(time.monotonic() - started, 1),
@@ -153,14 +169,11 @@ def run_demo(plan: DemoPlan, console: Console | None = None) -> dict:
         dead_letters=dead,
         routed=routed,
         run_dir=str(plan.run_dir),
-        # where the run was served and its dashboard; live again after the run with
-        # --keep-serving (same ports), else `explore_command` serves it from its files
-        serve_url=loop.serve_url,
-        dashboard_url=loop.dashboard_url,
         keep_serving=plan.keep_serving and not interrupted,
         interrupted=interrupted,
         explore_command=explore_command(plan.run_dir),
     )
+    report.update(addresses)
     atomic_write_json(plan.run_dir / "demo.json", report)
     print_summary(report, console)
     return report

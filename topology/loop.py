@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.live import Live
 
 from router.table_file import FILE as DOMAINS_FILE
-from router.table_file import SavedTable
+from router.table_file import SavedTable, write_table
 from topology.broker import free_port
 from topology.live_view import LiveView
 from topology.run_dir import write_run_file
@@ -95,6 +95,7 @@ def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
     watcher = LoopWatcher(conf, Topics(options.topic_prefix)).start()
     # the domain table kept in the run, so the finished run routes with no broker
     saved = SavedTable(options.run_dir / DOMAINS_FILE)
+    write_table(saved.path, saved.table)  # a run that found no domain yet is still a run
     domains = TableFollower(
         conf,
         Topics(options.topic_prefix).domains,

@@ -58,9 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
-    import json
     import os
-    import shlex
 
     from rich.console import Console
 
@@ -70,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from topology.config import load_config
     from topology.demo import DemoPlan, run_demo
     from topology.loop import StageFailed
+    from worx.errors import UserError
 
     config = load_config(args.config)
     trunk = Path(args.trunk or config.experts.trunk_dir or default_trunk_dir())
@@ -97,11 +96,39 @@ def run(args: argparse.Namespace) -> int:
     plan.timeout_s = args.timeout
     plan.serve = not args.no_serve
     console = Console()
+    kept: list[keep_serving.FinishedRunServers] = []
+
+    def serve_finished_run(loop, interrupted: bool) -> dict:
+        """--keep-serving: start the run's servers now, to load while the report is drawn."""
+        if not plan.keep_serving or interrupted:
+            return {}
+        try:
+            servers = keep_serving.start(
+                plan.run_dir, serve_url=loop.serve_url, dashboard_url=loop.dashboard_url
+            )
+        except UserError as exc:  # nothing to serve: the summary still comes
+            console.print(f"[yellow]worx demo: not serving the finished run: {exc}[/]")
+            return {"keep_serving": False}
+        kept.append(servers)
+        return {"serve_url": servers.serve_url, "dashboard_url": servers.dashboard_url}
+
     try:
-        report = run_demo(plan, console)
+        return _finish(args, console, run_demo(plan, console, serve_finished_run), kept)
     except StageFailed as exc:
         console.print(f"[red]worx demo: {exc}[/]")
         return 1
+    finally:
+        for servers in kept:
+            servers.stop()
+
+
+def _finish(args: argparse.Namespace, console, report: dict, kept: list) -> int:
+    """Write the summary JSON, then serve the finished run (--keep-serving) or say how."""
+    import json
+    import shlex
+
+    from topology import keep_serving
+
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(report, indent=2, sort_keys=True))
         console.print(f"summary JSON: {args.report_json}")
@@ -114,9 +141,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         return code
-    servers = keep_serving.start(
-        plan.run_dir, serve_url=report.get("serve_url"), dashboard_url=report.get("dashboard_url")
-    )
+    servers = kept[0]
     try:
         keep_serving.wait_ready(servers)
         # one plain line (no wrapping): scripts and tests read the URLs from it
