@@ -79,6 +79,23 @@ def _matrix_html(run: dict[str, Any], title: str) -> str:
     return f"<h3>{html.escape(title)}</h3><table><tr><th></th>{head}</tr>{body}</table>"
 
 
+def _drift_html(state: dict[str, Any]) -> str:
+    """Every drift event: what fired, on which domain, what it led to (monitor.drift_explain)."""
+    drift = state.get("drift") or {}
+    events = drift.get("events") or []
+    if not events:
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(e['fired'])}</td><td>{html.escape(e['domain'])}</td>"
+        f'<td style="text-align:left">{html.escape(e["led_to"])}</td></tr>'
+        for e in events
+    )
+    return (
+        f"<h2>Drift events: {html.escape(drift.get('tally', ''))}</h2><table>"
+        f"<tr><th>what fired</th><th>domain</th><th>what it led to</th></tr>{rows}</table>"
+    )
+
+
 def _html(state: dict[str, Any], images: str) -> str:
     h = state["headline"]
     when = datetime.fromtimestamp(state["generated_ms"] / 1000, tz=UTC).strftime(
@@ -113,5 +130,6 @@ img{{max-width:100%}}figure{{margin:1.5em 0}}</style></head><body>
 <h2>Held-out perplexity (row = step, column = domain)</h2>
 <div class="tables">{tables}</div>
 {images}
+{_drift_html(state)}
 <p style="color:#6b7280">Definitions: docs/monitor.md. All figures as JSON: figures.json.</p>
 </body></html>"""

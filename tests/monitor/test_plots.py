@@ -245,3 +245,18 @@ def test_the_geometric_check_catches_overlap_and_cut_text() -> None:
             _assert_inside_and_apart(fig)
     finally:
         plt.close(fig)
+
+
+def test_the_html_report_tells_each_drift_event(tmp_path: Path) -> None:
+    from monitor.report import write_report
+
+    history = _history(tmp_path)
+    live = _live(tmp_path)
+    live.drift_event({"event_id": "ev-1", "detector": "promotion", "kind": "new_domain",
+                      "domain_id": "dom-bio", "statistics": {"size": 40.0}, "created_ms": T0,
+                      "window_start_offset": 0, "window_end_offset": 9})  # fmt: skip
+    live.save()
+    written = write_report(build_state(history, labels=NAMES), tmp_path / "out")
+    page = written["report.html"].read_text()
+    assert "Drift events: 1 new domain, 0 novelty-rate rises, 0 domain drifts" in page
+    assert "biomedical (dom-bio)" in page and "job job-a: expert exp-a registered" in page
