@@ -8,7 +8,6 @@ process; the terminal shows the loop live; at the end a summary is printed and t
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import time
@@ -17,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from ingest.scenario import Scenario
 from monitor import run_summary
 from monitor.history import MatrixHistory
+from monitor.summary_table import print_summary
+from router.naming import display_name
 from topology.broker import EmbeddedBroker
 from topology.loop import LoopOptions, RunningLoop, start_loop, watch_live
 from topology.supervisor import ChildSpec, worx_argv
@@ -148,6 +148,12 @@ def run_demo(
                 finished, interrupted = False, True
             with loop.watcher.lock:
                 labels = {d: r.label_hint or "?" for d, r in loop.watcher.state.domains.items()}
+                names = {d: display_name(r) for d, r in loop.watcher.state.domains.items()}
+                drift = (
+                    list(loop.watcher.state.drift_events),
+                    list(loop.watcher.state.jobs.values()),
+                    dict(loop.watcher.state.job_status),
+                )
                 expert_domains = {e: r.domain_id for e, r in loop.watcher.state.experts.items()}
                 docs = loop.watcher.state.docs
                 dead = loop.watcher.state.dead_letters
@@ -175,7 +181,7 @@ def run_demo(
     )
     report.update(addresses)
     atomic_write_json(plan.run_dir / "demo.json", report)
-    print_summary(report, console)
+    print_summary(report, console, drift=drift, names=names)
     return report
 
 
@@ -211,34 +217,3 @@ def summarise(plan: DemoPlan, labels: dict[str, str], expert_domains: dict[str, 
         log.exception("writing the report failed")
         report["report_error"] = f"{type(exc).__name__}: {exc}"
     return report
-
-
-def print_summary(report: dict, console: Console) -> None:
-    table = Table(title="worx demo: summary")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for key in (
-        "wall_s",
-        "documents",
-        "dead_letters",
-        "domains_discovered",
-        "experts",
-        "spurious_experts",
-        "old_domain_experts",
-        "weight_forgetting",
-        "max_old_domain_loss_rise",
-        "baseline_max_old_domain_loss_rise",
-        "ppl_geomean_final",
-        "baseline_ppl_geomean_final",
-        "domains_dense_better",
-    ):
-        value = report.get(key)
-        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
-    for label, figures in report.get("new_domains", {}).items():
-        trunk, final = figures.get("ppl_trunk"), figures.get("ppl_final")
-        shown = f"{trunk:.1f} -> {final:.1f}" if trunk and final else "not evaluated"
-        table.add_row(f"ppl {label}", shown)
-    console.print(table)
-    if "report" in report:
-        console.print(f"report: {report['report'].get('html', report['report'])}")
-    console.print(json.dumps({k: report[k] for k in ("wall_s", "experts", "weight_forgetting")}))
