@@ -491,17 +491,24 @@ def _with_rerank(
     """The explanation after the likelihood step re-ranked the gate's unsure decision."""
     changed = bool(seen.get("changed"))
     losses = ", ".join(f"{shown(d, domains.get(d))} {v:.3f}" for d, v in seen["losses"].items())
-    verdict = (
-        f"it moved the text to {shown(chosen.domain_id, domains.get(chosen.domain_id))}"
-        if changed
-        else "no candidate's expert was clearly better: the gate's decision stands"
-    )
+    mixed = seen.get("mixed") or []
+    tied = " and ".join(shown(d, domains.get(d)) for d in mixed)
+    if mixed:
+        verdict = (
+            f"{tied} explain it about as well, each at least {step.mix_margin} nats/token "
+            "better than the trunk: it gets their experts mixed, no single domain"
+        )
+    elif changed:
+        verdict = f"it moved the text to {shown(chosen.domain_id, domains.get(chosen.domain_id))}"
+    else:
+        verdict = "no candidate's expert was clearly better: the gate's decision stands"
     why = {
         **why,
         "likelihood": {
             **seen,
             "margin": step.margin,
             "separation": step.separation,
+            "mix_margin": step.mix_margin,
             "why": f"the gate was unsure; the likelihood step scored the candidates' experts "
             f"(mean loss per token: trunk {seen['trunk_loss']:.3f}; {losses}): {verdict}",
         },
@@ -517,5 +524,9 @@ def _with_rerank(
         why["experts"] = chosen.weights
         why["served_by"] = "experts" if chosen.weights else "trunk"
         name = shown(chosen.domain_id, domains.get(chosen.domain_id))
-        why["served_why"] = f"the experts of {name}, the likelihood step's choice"
+        why["served_why"] = (
+            f"the experts of {tied}, mixed by the likelihood step"
+            if mixed
+            else f"the experts of {name}, the likelihood step's choice"
+        )
     return why

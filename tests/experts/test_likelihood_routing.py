@@ -168,6 +168,10 @@ def test_a_novel_prompt_two_experts_explain_alike_gets_their_mix(trained, monkey
             assert result["domain"] is None
             assert result["experts"] == {"legal": 0.5, "python_code": 0.5}, result
             assert sorted(result["likelihood"]["mixed"]) == ["legal", "python_code"]
+            if not mixed:  # the explanation says so
+                why = trained.score(novel[served.index(result)], explain=True)["explain"]
+                assert "mixed by the likelihood step" in why["served_why"], why
+                assert why["experts"] == result["experts"]
             mixed += 1
         else:
             assert len(result["experts"]) <= 1 and "mixed" not in result["likelihood"]
