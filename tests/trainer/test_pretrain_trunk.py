@@ -185,7 +185,7 @@ def test_worx_trunk_info(trunk: tuple[Path, dict], capsys: pytest.CaptureFixture
     text = capsys.readouterr().out
     assert "gpt2, 2 layers, width 32" in text and "fiction_austen" in text
     assert worx_main(["trunk", "info", str(out / "missing")]) == 2
-    assert "no config.json" in capsys.readouterr().err
+    assert f"trunk directory {out / 'missing'} does not exist" in capsys.readouterr().err
 
 
 def test_worx_trunk_pretrain_cli(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
