@@ -187,7 +187,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default=",".join(SIZES), help="subset of " + ",".join(SIZES))
-    parser.add_argument("--steps", type=int, default=4, help="optimizer steps per run")
+    parser.add_argument("--steps", type=int, default=3, help="optimizer steps per run")
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)

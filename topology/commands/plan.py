@@ -199,6 +199,10 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:,.2f} GiB" if n >= 2**27 else f"{n / 2**20:,.1f} MiB"
 
 
+def _rate(tokens_per_s: float) -> str:
+    return f"{tokens_per_s:,.0f}" if tokens_per_s >= 10 else f"{tokens_per_s:.2g}"
+
+
 def _print_tables(plan) -> None:
     from rich.columns import Columns
     from rich.console import Console
@@ -232,7 +236,7 @@ def _print_tables(plan) -> None:
         )
         table.caption = (
             f"{verdict}. {placement.description}. "
-            f"{placement.tokens_per_s:,.0f} tokens/s at MFU {hw.mfu:g} ({placement.bound}). "
+            f"{_rate(placement.tokens_per_s)} tokens/s at MFU {hw.mfu:g} ({placement.bound}). "
             f"{'Runs in this project' if placement.implemented else 'Not in this project'}: "
             f"{placement.note}."
         )

@@ -149,7 +149,7 @@ def _phases(step: StepBytes) -> dict[str, int]:
     }
 
 
-def _disk(trunk: TrunkShape, expert: ExpertSpec | None) -> list[Component]:
+def _disk(trunk: TrunkShape, expert: ExpertSpec | None, dense_params: int = 0) -> list[Component]:
     parts = [Component("trunk file", trunk_bytes(trunk, trunk.stored_dtype), "disk")]
     if expert is not None:
         parts.append(
@@ -167,11 +167,8 @@ def _disk(trunk: TrunkShape, expert: ExpertSpec | None) -> list[Component]:
             )
         )
     else:
-        parts.append(
-            Component(
-                "fine-tuned copy (stored dtype)", trunk_bytes(trunk, trunk.stored_dtype), "disk"
-            )
-        )
+        size = trunk_bytes(trunk, trunk.stored_dtype) // trunk.params * dense_params
+        parts.append(Component("fine-tuned copy (stored dtype)", size, "disk"))
     return parts
 
 
@@ -228,9 +225,11 @@ def expert_placements(
     if hw.gpus == 0:
         compute = compute_tokens_per_s(flops, hw.host_flops, hw.mfu)
         step = expert_step(trunk, expert, run, _act_bytes(run, False, dtype))
+        # a streamed trunk computes in fp32: each tensor is copied up as its module runs
+        fp32 = expert_step(trunk, expert, run, 4)
         return [
             _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, False),
-            _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, True),
+            _expert_cpu(trunk, expert, run, hw, fp32, flops, compute, whole, streamed, True),
         ]
     compute = hw.gpus * compute_tokens_per_s(flops, hw.gpu_flops, hw.mfu)
     step = expert_step(trunk, expert, run, _act_bytes(run, True, dtype))
@@ -264,6 +263,9 @@ def _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, s
             "(embeddings and output layer stay); expert and optimizer in memory"
         )
         trunk_part = Component(f"trunk blocks held ({run.trunk_dtype})", streamed, "host")
+        extra = [
+            Component("fp32 copy of the running tensor", 4 * trunk.largest_tensor_params, "host")
+        ]
         passes = 1 + _grad_fraction(trunk, expert)
         io_bytes = (whole - (streamed - _held_layers(trunk, run))) * passes
         free = hw.host_bytes - PROCESS_OVERHEAD_BYTES - streamed - step.working
@@ -273,8 +275,8 @@ def _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, s
             bound_rate = run.tokens * hw.disk_bytes_per_s / max(1, io_bytes)
             bound = "disk read" if bound_rate < compute else "compute"
         rate = min(compute, bound_rate)
-        note = "bench/train_7b.py (issue 15): per-layer streaming from the memory map"
-        implemented = False
+        note = "trainer.stream_trunk (trainer/stream_trunk.py; bench/train_7b.py)"
+        implemented = True
     else:
         name = "expert_cpu_mmap" if run.mmap_trunk else "expert_cpu_resident"
         where = (
@@ -287,7 +289,8 @@ def _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, s
         rate, bound = compute, "compute"
         note = "trainer/recipes/expert.py on the CPU (trainer.mmap_trunk)"
         implemented = True
-    components = [*_process(), trunk_part, *_expert_common(expert, step, "host")]
+        extra = []
+    components = [*_process(), trunk_part, *extra, *_expert_common(expert, step, "host")]
     components += _step_components(step, "host", "expert")
     components += _disk(trunk, expert)
     return _finish(
@@ -441,7 +444,7 @@ def _dense_cpu(trunk, run, hw, step, flops, compute, disk_states):
         Component("optimizer state (fp32 Adam)", step.optimizer, "disk" if disk_states else "host"),
     ]
     components += _step_components(step, "host", "dense")
-    components += _disk(trunk, None)
+    components += _disk(trunk, None, step.weights // 4)
     if disk_states:
         io = 2 * step.optimizer  # read and write the moments once per optimizer step
         rate = min(compute, run.tokens * run.grad_accum * hw.disk_bytes_per_s / io)
@@ -483,7 +486,7 @@ def _dense_gpu(trunk, run, hw, step, flops, compute, total):
             Component("bf16 weight copies (autocast cache)", step.autocast_copies, "gpu")
         )
     components += _step_components(step, "gpu", "dense")
-    components += _disk(trunk, None)
+    components += _disk(trunk, None, step.weights // 4)
     return _finish(
         "dense_gpu",
         "a full replica per GPU (data parallel)",
@@ -518,7 +521,7 @@ def _dense_zero3(trunk, run, hw, step, flops, compute, total):
         }
     )
     components += _step_components(sharded, "gpu", "dense (1/g shard)")
-    components += _disk(trunk, None)
+    components += _disk(trunk, None, step.weights // 4)
     return _finish(
         "dense_gpu_zero3",
         f"weights, gradients and Adam sharded over {g} GPUs (ZeRO-3 / FSDP)",
@@ -553,7 +556,7 @@ def _dense_offload(trunk, run, hw, step, flops, compute, total, nvme):
         Component("backward temporaries (transient)", step.backward_work, "gpu"),
     ]
     components = [c for c in components if c.bytes]
-    components += _disk(trunk, None)
+    components += _disk(trunk, None, step.weights // 4)
     # the node's processes share one partitioned copy of the host states
     working = {"gpu": step.forward_backward, "shared_host": host_states}
     tokens_per_step = run.tokens * run.grad_accum * g
