@@ -66,7 +66,7 @@ def follow_topic(
 ) -> tuple[Any, str]:
     """The topic's table, read until ``wait_s`` quiet seconds (no dead letters written)."""
     from router.table import DomainTable
-    from topology.kafka import client_conf
+    from topology.kafka import client_conf, require_reachable
     from topology.run_dir import RunError
     from topology.table_follower import TableFollower
     from topology.topics import Topics
@@ -79,6 +79,7 @@ def follow_topic(
             "(or set kafka.bootstrap_servers)",
         )
     conf = client_conf(config.kafka, servers)
+    require_reachable(conf, config.kafka.connect_timeout_s)  # one line, not librdkafka's flood
     table = DomainTable(dim=dim)
     arrived = threading.Event()
 

@@ -251,8 +251,9 @@ UNREACHABLE = (
         ["ingest", "docs.jsonl", "--bootstrap-servers", "127.0.0.1:9", "--no-progress"],
         ["up", "--no-connect"],
         ["serve", "--bootstrap-servers", "127.0.0.1:9", "--port", "0"],
+        ["domains", "--bootstrap-servers", "127.0.0.1:9"],
     ],
-    ids=["ingest", "up", "serve"],
+    ids=["ingest", "up", "serve", "domains"],
 )
 def test_an_unreachable_cluster_is_one_line_not_a_flood(tmp_path, argv):
     (tmp_path / "docs.jsonl").write_text('{"id": "a", "text": "hello there"}\n')
