@@ -70,11 +70,13 @@ def write_stream(plan: DemoPlan) -> tuple[Path, int]:
     through it; returns its path and the number of lines."""
     scenario = Scenario.from_directory(plan.corpus_dir)
     order = [*plan.old_domains, *plan.new_domains]
+    # the whole stream first: an unknown domain is refused before the run directory exists
+    docs = list(scenario.phases_then_mixture(order, plan.per_domain, plan.mixture_docs, plan.seed))
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
     path = plan.run_dir / "stream.jsonl"
     count = 0
     with open(path, "w", encoding="utf-8") as out:
-        stream = scenario.phases_then_mixture(order, plan.per_domain, plan.mixture_docs, plan.seed)
-        for index, doc in enumerate(stream):
+        for index, doc in enumerate(docs):
             if index % 400 == 199 and index // 400 < len(BAD_LINES):
                 out.write(BAD_LINES[index // 400] + "\n")
                 count += 1
@@ -109,7 +111,6 @@ def run_demo(
     """
     console = console or Console()
     started = time.monotonic()
-    plan.run_dir.mkdir(parents=True, exist_ok=True)
     stream_path, fed = write_stream(plan)
     console.print(f"[bold]worx demo[/]: {fed} documents, run directory {plan.run_dir}")
     with EmbeddedBroker() as broker:

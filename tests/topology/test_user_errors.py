@@ -125,6 +125,7 @@ def test_unknown_demo_domain_lists_the_valid_ones_and_the_nearest(capsys, tmp_pa
         "worx: unknown domain(s) 'legl' (did you mean 'legal'?); this corpus has biomedical, "
         "fiction_austen, legal, news, python_code, scripture, tech_docs"
     )
+    assert not (tmp_path / "runs").exists()  # no empty run directory left behind
 
 
 def test_csv_without_the_text_column_lists_the_columns(capsys, tmp_path):
