@@ -290,6 +290,9 @@ def _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, s
         note = "trainer/recipes/expert.py on the CPU (trainer.mmap_trunk)"
         implemented = True
         extra = []
+        if run.mmap_trunk and trunk.stored_dtype != run.trunk_dtype:
+            # mmap_trunk_weights maps a copy in the loaded dtype, written once
+            extra.append(Component(f"trunk cache file ({run.trunk_dtype})", whole, "disk"))
     components = [*_process(), trunk_part, *extra, *_expert_common(expert, step, "host")]
     components += _step_components(step, "host", "expert")
     components += _disk(trunk, expert)
