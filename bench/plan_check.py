@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -125,7 +126,7 @@ def run_one(kind: str, spec: dict) -> dict:
         "time_per_token_us": round(1e6 * step_s * steps / tokens, 2),
         "cpu_time_per_token_us": round(1e6 * cpu_s / tokens, 2),
         "trainable_params": trainable,
-        "losses": [round(x, 4) for x in losses],
+        "losses": [round(x, 4) if math.isfinite(x) else None for x in losses],  # strict JSON
     }
 
 
