@@ -332,7 +332,10 @@ def cost(trunk, embedder, gate, table, held, experts_by_label, router, count: in
         score_ms.append((time.perf_counter() - start) * 1000)
         losses = losses_per_text(trunk, by_label, [text], labels)[0]
         cached, _ = reroute(router, gate, vector, table, everyone, decision, losses, column)
-        agree.append(cached == (served.domain_id if served.weights else None))
+        if served.domain_id is None and served.weights:  # a mix (expert id = domain id here)
+            agree.append(cached == frozenset(served.weights))
+        else:
+            agree.append(cached == (served.domain_id if served.weights else None))
         if len(rerank_ms) == count:
             break
     return {
