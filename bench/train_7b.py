@@ -19,13 +19,15 @@ fine-tune on the same machine (``dense_planned_peak_gib``, ``dense_fits``, ``den
 
 Usage::
 
-    python bench/train_7b.py                       # ~15 minutes on 2 busy cores, ~2-3 GiB
+    python bench/train_7b.py                       # 15-40 minutes on 2 shared cores, 1.6 GiB
+    python bench/train_7b.py --lr 1e-2             # the trainer's default LR (too high here)
     python bench/train_7b.py --shape 1b --trunk-dir /tmp/worx-1b   # a 1.2B trunk, minutes
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -100,6 +102,7 @@ def run_child(spec: dict) -> dict:
         stream_read_ahead=spec["read_ahead"],
         progress=True,
     )
+    cfg = dataclasses.replace(cfg, lr=spec["lr"])
     cfg.validate()
     step_reads: list[int] = []
     last = [_read_bytes()]
@@ -127,6 +130,7 @@ def run_child(spec: dict) -> dict:
         "trunk_dtype": str(trunk.dtype).removeprefix("torch."),
         "expert_config": summary["expert_config"],
         "expert_params": summary["trainable_params"],
+        "lr": cfg.lr,
         "steps": summary["steps"],
         "tokens_per_step": spec["micro_batch"] * spec["seq_len"],
         "seconds_per_step": [round(s, 1) for s in recipe.step_times],
@@ -200,6 +204,13 @@ def main() -> int:
     parser.add_argument("--micro-batch", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--read-ahead", type=int, default=2, help="trainer.stream_read_ahead")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=6.25e-4,
+        help="the expert's peak LR (default: trainer.lr 1e-2 x 256/4096, the width ratio to the "
+        "bundled trunk it was swept on; docs/trainer.md)",
+    )
     parser.add_argument("--domain", default="biomedical")
     parser.add_argument("--seed", type=int, default=0, help="of the trunk's weights")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -225,6 +236,7 @@ def main() -> int:
         "micro_batch": args.micro_batch,
         "threads": args.threads,
         "read_ahead": args.read_ahead,
+        "lr": args.lr,
         "domain": args.domain,
         "docs": 40 + rows,  # far more tokens than the steps and the held-out row take
         # one block's float32 copies live in backward: two blocks' worth of bf16 bytes
