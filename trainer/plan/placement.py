@@ -23,6 +23,7 @@ from trainer.plan.bytes import (
     StepBytes,
     dense_step,
     expert_step,
+    streamed_held_bytes,
     streamed_trunk_bytes,
     trunk_bytes,
 )
@@ -118,7 +119,9 @@ def _act_bytes(run: RunShape, on_gpu: bool, dtype: str) -> int:
 
 
 # parts that do not all live at once: a peak counts the larger phase of them (StepBytes)
+STREAMED_HELD = "trunk weights of the running module (fp32 copies + file pages, transient)"
 WORKING = {
+    STREAMED_HELD,
     "gradients (fp32)",
     "optimizer step temporaries (transient)",
     "saved activations",
@@ -259,16 +262,18 @@ def _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, s
     if stream:
         name = "expert_cpu_streamed"
         description = (
-            f"trunk streamed from disk, {run.stream_layers} blocks held at once "
-            "(embeddings and output layer stay); expert and optimizer in memory"
+            "trunk streamed from its file: each module's weights copied to fp32 as it runs, "
+            "their pages dropped after (the next blocks read ahead into the page cache); "
+            "expert and optimizer in memory"
         )
-        trunk_part = Component(f"trunk blocks held ({run.trunk_dtype})", streamed, "host")
-        extra = [
-            Component("fp32 copy of the running tensor", 4 * trunk.largest_tensor_params, "host")
-        ]
+        # trainer.stream_trunk holds no trunk bytes between modules: while one runs, its
+        # weights' fp32 copies and one tensor's file pages (measured: bench/train_7b.py)
+        held = streamed_held_bytes(trunk, run.trunk_dtype)
+        trunk_part = Component(STREAMED_HELD, held, "host")
+        extra = []
         passes = 1 + _grad_fraction(trunk, expert)
-        io_bytes = (whole - (streamed - _held_layers(trunk, run))) * passes
-        free = hw.host_bytes - PROCESS_OVERHEAD_BYTES - streamed - step.working
+        io_bytes = whole * passes  # every weight read once per pass through its module
+        free = hw.host_bytes - PROCESS_OVERHEAD_BYTES - held - step.working
         if free >= whole:
             bound_rate, bound = compute, "compute (the trunk file fits in the page cache)"
         else:
@@ -296,11 +301,16 @@ def _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, s
     components = [*_process(), trunk_part, *extra, *_expert_common(expert, step, "host")]
     components += _step_components(step, "host", "expert")
     components += _disk(trunk, expert)
+    working = step.working
+    if stream:  # the held weights live during forward/backward only, not the optimizer step
+        working = max(
+            step.forward_backward + step.grads_in_backward + held, step.grads + step.step_work
+        )
     return _finish(
         name,
         description,
         components,
-        {"host": step.working},
+        {"host": working},
         flops,
         rate,
         bound,
@@ -313,10 +323,6 @@ def _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, s
 def _grad_fraction(trunk: TrunkShape, expert: ExpertSpec) -> float:
     lowest = expert.grad_layers_from
     return 0.0 if lowest is None else (trunk.layers - lowest) / trunk.layers
-
-
-def _held_layers(trunk: TrunkShape, run: RunShape) -> int:
-    return min(run.stream_layers, trunk.layers) * trunk.layer_params * dtype_bytes(run.trunk_dtype)
 
 
 def _expert_gpu(trunk, expert, run, hw, step, flops, compute, whole, offload):

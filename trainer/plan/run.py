@@ -51,7 +51,7 @@ class Hardware:
     host_bytes: int = 64 * 2**30  # host RAM available to training
     disk_bytes: int = 2 * 10**12  # free disk (NVMe) for the trunk file, store, checkpoints
     gpu_flops: float = 989e12  # peak dense bf16 FLOP/s of one GPU (H100/H200 SXM)
-    host_flops: float = 2e11  # peak FLOP/s of the host CPU (2 AVX-512 cores, fp32: ~0.2 T)
+    host_flops: float = 2e11  # peak FLOP/s of the host CPU (2 AVX2+FMA cores, fp32: ~0.2 T)
     mfu: float = 0.4  # model FLOP utilisation the tokens/s prediction assumes
     disk_bytes_per_s: float = 2e9  # sequential read from disk (streamed trunk)
     pcie_bytes_per_s: float = 25e9  # host <-> GPU copies (offloaded optimizer, streaming)
