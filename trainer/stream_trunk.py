@@ -12,10 +12,11 @@ uses while it runs and, for the blocks the gradient passes through, the copies a
 keeps for backward: with activation checkpointing, one block's at a time (recomputation goes
 through the parametrizations too). The weights on disk and in the mapping never change.
 
-Example
--------
->>> with streamed_weights(trunk, read_ahead=2):  # doctest: +SKIP
-...     loss = mixture.loss(ids, mask, weights).mean(); loss.backward()
+Example (a trunk opened by :func:`trainer.mapped_trunk.load_mapped_trunk`)::
+
+    with streamed_weights(trunk, read_ahead=2):
+        loss = mixture.loss(ids, mask, weights).mean()
+        loss.backward()
 """
 
 from __future__ import annotations
