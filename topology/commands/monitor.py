@@ -18,8 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "/metrics on 127.0.0.1 unless told otherwise; rows go to <prefix>.metrics and "
         "<state-dir>/history.json. Held-out documents are routed as the server routes "
         "them: by the domain table (<prefix>.domains, kept in <state-dir>/domains.json), "
-        "then only that domain's experts. Domains are shown by the label_hint of the "
-        "domain table (kept in <state-dir>/domain_labels.json), else by id. With "
+        "then only that domain's experts. Domains are shown by name (the domain's name, "
+        "else its label hint; kept in <state-dir>/domain_labels.json), else by id. With "
         "--once: print the matrix and the metrics as tables and exit (no broker needed).",
     )
     parser.add_argument("--once", action="store_true", help="print the tables and exit")
