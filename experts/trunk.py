@@ -173,6 +173,29 @@ def trunk_fingerprint(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def frozen_trunk(model: nn.Module, root: Path, fingerprint: str) -> Trunk:
+    """``model`` (loaded from the directory ``root``) frozen and in eval mode, with the
+    directory's tokenizer, as a :class:`Trunk`. Raises :class:`TrunkError` for an
+    architecture with neither the GPT-2 nor the Llama block layout."""
+    from transformers import AutoTokenizer
+
+    model.requires_grad_(False)
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(root), local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    family = _family_of(model)
+    return Trunk(
+        model=model,
+        tokenizer=tokenizer,
+        fingerprint=fingerprint,
+        hidden_size=int(model.config.hidden_size),
+        num_layers=len(_block_list(model, family)),
+        family=family,
+        path=root,
+    )
+
+
 def load_trunk(path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Trunk:
     """Load a local Hugging Face causal LM frozen, with its tokenizer and fingerprint.
 
@@ -182,32 +205,18 @@ def load_trunk(path: str | Path, dtype: torch.dtype = torch.float32, device: str
         If ``path`` is not a model directory with safetensors weights, or the architecture
         has neither the GPT-2 nor the Llama block layout.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     root = Path(path)
     fingerprint = trunk_fingerprint(root)
     model = AutoModelForCausalLM.from_pretrained(
         str(root), dtype=dtype, local_files_only=True, use_safetensors=True
     )
-    model.requires_grad_(False)
-    model.eval()
     model.to(device)
-    tokenizer = AutoTokenizer.from_pretrained(str(root), local_files_only=True)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    family = _family_of(model)
-    trunk = Trunk(
-        model=model,
-        tokenizer=tokenizer,
-        fingerprint=fingerprint,
-        hidden_size=int(model.config.hidden_size),
-        num_layers=len(_block_list(model, family)),
-        family=family,
-        path=root,
-    )
+    trunk = frozen_trunk(model, root, fingerprint)
     log.info(
         "loaded %s trunk %s: %d layers, width %d, %s, fingerprint %s",
-        family,
+        trunk.family,
         root,
         trunk.num_layers,
         trunk.hidden_size,

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from experts.store import SAFETENSORS_DTYPES
-from experts.trunk import Trunk, TrunkError, _family_of, trunk_fingerprint
+from experts.trunk import Trunk, TrunkError, frozen_trunk, trunk_fingerprint
 from trainer.mmap_weights import read_header
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,7 @@ def load_mapped_trunk(path: str | Path) -> Trunk:
     weights have the stored dtype and cost no process memory until touched. Raises
     :class:`~experts.trunk.TrunkError` as :func:`experts.trunk.load_trunk` does.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     root = Path(path)
     fingerprint = trunk_fingerprint(root)
@@ -184,20 +184,4 @@ def load_mapped_trunk(path: str | Path) -> Trunk:
         model = AutoModelForCausalLM.from_config(config)
     model.__dict__["_worx_mapped"] = map_stored_weights(model, root)
     model.__dict__["_worx_mmapped"] = True
-    model.requires_grad_(False)
-    model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(root), local_files_only=True)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    family = _family_of(model)
-    trunk = Trunk(
-        model=model,
-        tokenizer=tokenizer,
-        fingerprint=fingerprint,
-        hidden_size=int(config.hidden_size),
-        num_layers=0,
-        family=family,
-        path=root,
-    )
-    trunk.num_layers = len(trunk.blocks())
-    return trunk
+    return frozen_trunk(model, root, fingerprint)
