@@ -47,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="auto",
         help="float32, bfloat16, float16 (auto: bfloat16 on GPUs, else float32)",
     )
-    parser.add_argument("--stream-layers", default="2", help="blocks held when streaming")
+    parser.add_argument(
+        "--stream-layers", default="2", help="blocks held on a GPU when the trunk streams to it"
+    )
     parser.add_argument("--no-act-ckpt", action="store_true", help="no activation checkpointing")
     parser.add_argument("--no-chunked-loss", action="store_true", help="full logits")
     parser.add_argument("--no-fused-mlp", action="store_true", help="no fused frozen MLP")

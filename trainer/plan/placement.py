@@ -224,21 +224,21 @@ def expert_placements(
     flops = expert_flops_per_token(trunk, expert, run.seq_len)
     dtype = run.trunk_dtype
     whole = trunk_bytes(trunk, dtype)
-    streamed = streamed_trunk_bytes(trunk, dtype, run.stream_layers)
     if hw.gpus == 0:
         compute = compute_tokens_per_s(flops, hw.host_flops, hw.mfu)
         step = expert_step(trunk, expert, run, _act_bytes(run, False, dtype))
         # a streamed trunk computes in fp32: each tensor is copied up as its module runs
         fp32 = expert_step(trunk, expert, run, 4)
         return [
-            _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, False),
-            _expert_cpu(trunk, expert, run, hw, fp32, flops, compute, whole, streamed, True),
+            _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, False),
+            _expert_cpu(trunk, expert, run, hw, fp32, flops, compute, whole, True),
         ]
     compute = hw.gpus * compute_tokens_per_s(flops, hw.gpu_flops, hw.mfu)
     step = expert_step(trunk, expert, run, _act_bytes(run, True, dtype))
     out = [_expert_gpu(trunk, expert, run, hw, step, flops, compute, whole, offload=False)]
     if run.offload_optimizer:
         out.append(_expert_gpu(trunk, expert, run, hw, step, flops, compute, whole, offload=True))
+    streamed = streamed_trunk_bytes(trunk, dtype, run.stream_layers)
     out.append(_expert_gpu_streamed(trunk, expert, run, hw, step, flops, compute, whole, streamed))
     return out
 
@@ -258,7 +258,7 @@ def _opt_name(step: StepBytes, expert: ExpertSpec) -> str:
     return "adamw8bit" if step.optimizer < 4 * expert.params else "adamw"
 
 
-def _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, streamed, stream):
+def _expert_cpu(trunk, expert, run, hw, step, flops, compute, whole, stream):
     if stream:
         name = "expert_cpu_streamed"
         description = (

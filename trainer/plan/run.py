@@ -24,7 +24,7 @@ class RunShape:
     offload_optimizer: bool = True  # GPU: allow optimizer state + master weights in host memory
     trunk_dtype: str = "float32"  # dtype of the trunk in memory (float32, bfloat16, float16)
     bf16_autocast: bool = True  # GPU: bf16 autocast (activations in bf16)
-    stream_layers: int = 2  # blocks held at once when the trunk is streamed from disk
+    stream_layers: int = 2  # blocks held on each GPU at once when the trunk streams to it
 
     def __post_init__(self) -> None:
         if min(self.micro_batch, self.grad_accum, self.loss_chunk) < 1 or self.seq_len < 2:
