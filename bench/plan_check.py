@@ -140,16 +140,8 @@ def predict(trunk_dir: str, spec: dict) -> dict[str, object]:
     trunk = TrunkShape.from_path(trunk_dir)
     config = TrainerConfig()
     expert = ExpertSpec.from_trainer_config(trunk, config)
-    run = RunShape(
-        micro_batch=spec["micro_batch"],
-        seq_len=spec["seq_len"],
-        grad_accum=1,
-        optimizer=config.optimizer,
-        activation_checkpointing=config.activation_checkpointing,
-        chunked_loss=config.chunked_loss,
-        loss_chunk=config.loss_chunk,
-        fused_frozen_mlp=config.fused_frozen_mlp,
-        mmap_trunk=config.mmap_trunk,
+    run = RunShape.from_trainer_config(
+        config, micro_batch=spec["micro_batch"], seq_len=spec["seq_len"], grad_accum=1
     )
     plan = plan_training(trunk, expert, run, Hardware(gpus=0, host_bytes=2**40))
     by_name = {p.name: p for p in plan.expert_candidates + plan.dense_candidates}

@@ -159,15 +159,11 @@ def planned(trunk_dir: Path, spec: dict, host_bytes: int, disk_bytes: int) -> di
 
     trunk = TrunkShape.from_path(trunk_dir)
     expert = ExpertSpec.from_trainer_config(trunk, TrainerConfig())
-    cfg = TrainerConfig()
-    run = RunShape(
+    run = RunShape.from_trainer_config(
+        TrainerConfig(),
         micro_batch=spec["micro_batch"],
         seq_len=spec["seq_len"],
         grad_accum=1,
-        optimizer=cfg.optimizer,
-        activation_checkpointing=cfg.activation_checkpointing,
-        chunked_loss=cfg.chunked_loss,
-        loss_chunk=cfg.loss_chunk,
         mmap_trunk=True,
         trunk_dtype=trunk.stored_dtype,
         stream_layers=spec["planned_layers_held"],

@@ -35,6 +35,25 @@ class RunShape:
             raise ValueError("stream_layers must be >= 1")
         dtype_bytes(self.trunk_dtype)  # raises for an unknown dtype
 
+    @classmethod
+    def from_trainer_config(cls, config: Any, **shape: Any) -> RunShape:
+        """The shape and savers a :class:`trainer.config.TrainerConfig` trains with;
+        ``shape`` overrides fields (e.g. ``micro_batch``, ``trunk_dtype``)."""
+        savers = {
+            "micro_batch": config.micro_batch_size,
+            "seq_len": config.seq_len,
+            "grad_accum": config.grad_accum_steps,
+            "optimizer": config.optimizer,
+            "activation_checkpointing": config.activation_checkpointing,
+            "chunked_loss": config.chunked_loss,
+            "loss_chunk": config.loss_chunk,
+            "fused_frozen_mlp": config.fused_frozen_mlp,
+            "mmap_trunk": config.mmap_trunk,
+            "offload_optimizer": config.offload_optimizer,
+            "bf16_autocast": config.bf16,
+        }
+        return cls(**{**savers, **shape})
+
     @property
     def tokens(self) -> int:
         """Tokens per micro-batch."""
