@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+from collections.abc import Callable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -87,18 +88,18 @@ def run(args: argparse.Namespace) -> int:
         follower.start()
         options = options_from_config(config.serve)
         httpd = make_http_server(server, host, port, followers=[domains, follower], **options)
-        httpd.start()
-        bound_host, bound_port = httpd.server_address
-        log.info(
-            "%d experts, following %s and %s", len(server.table), topics.experts, topics.domains
-        )
-        print(f"serving on http://{bound_host}:{bound_port}", flush=True)
         try:
-            stop.wait()
-        except KeyboardInterrupt:
-            pass
+            serve_until_stopped(
+                httpd,
+                stop,
+                lambda: log.info(
+                    "%d experts, following %s and %s",
+                    len(server.table),
+                    topics.experts,
+                    topics.domains,
+                ),
+            )
         finally:
-            httpd.stop()
             follower.stop()
             domains.stop()
     dead = [f.describe() for f in (domains, follower) if not f.healthy()]
@@ -126,14 +127,26 @@ def serve_run(args: argparse.Namespace, config, host: str, port: int) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     httpd = make_http_server(server, host, port, **options_from_config(config.serve))
-    httpd.start()
-    bound_host, bound_port = httpd.server_address
-    logging.getLogger("worx.serve").info(
-        "run %s: %d experts, %d domains (no topic followed)",
-        run.root,
-        len(server.table),
-        len(server.domains),
+    serve_until_stopped(
+        httpd,
+        stop,
+        lambda: logging.getLogger("worx.serve").info(
+            "run %s: %d experts, %d domains (no topic followed)",
+            run.root,
+            len(server.table),
+            len(server.domains),
+        ),
     )
+    return 0
+
+
+def serve_until_stopped(httpd, stop: threading.Event, started: Callable[[], None]) -> None:
+    """Start ``httpd``, call ``started``, print its address (scripts and tests read that
+    line), and serve until ``stop`` is set (SIGTERM, a dead follower) or Ctrl-C; the
+    server stops after."""
+    httpd.start()
+    started()
+    bound_host, bound_port = httpd.server_address
     print(f"serving on http://{bound_host}:{bound_port}", flush=True)
     try:
         stop.wait()
@@ -141,4 +154,3 @@ def serve_run(args: argparse.Namespace, config, host: str, port: int) -> int:
         pass
     finally:
         httpd.stop()
-    return 0
