@@ -88,8 +88,6 @@ class LoopState:
     undecodable: int = 0
     undecodable_reasons: Counter = field(default_factory=Counter)  # by reason class
     last_change_at: float = 0.0
-    first_doc_at: float | None = None
-    last_doc_at: float | None = None
 
     def pending_jobs(self) -> list[str]:
         return [
@@ -102,11 +100,6 @@ class LoopState:
     def latest_eval(self, run: str = "ours") -> EvalRow | None:
         rows = [row for (name, _), row in self.eval_rows.items() if name == run]
         return max(rows, key=lambda row: row.step) if rows else None
-
-    def docs_per_s(self) -> float:
-        if self.first_doc_at is None or self.last_doc_at is None:
-            return 0.0
-        return self.docs / max(self.last_doc_at - self.first_doc_at, 1e-3)
 
 
 _DECODERS = {
@@ -218,8 +211,6 @@ class LoopWatcher:
                 s.docs_by_label[label] += 1
             else:
                 s.docs_by_label["(other)"] += 1
-            s.first_doc_at = s.first_doc_at or now
-            s.last_doc_at = now
         elif isinstance(record, DeadLetter):
             s.dead_letters += 1
             s.dead_letter_reasons[reason_class(record.reason)] += 1
