@@ -9,15 +9,12 @@ same way before the topic is read again.
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 from pathlib import Path
 
 from router.records import DomainRecord
 from router.table import DomainTable
-from worx.atomic import atomic_write_json
-from worx.records import RecordError
+from router.table_file import SavedTable, TableFileError, read_rows
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +22,8 @@ FILE = "domains.json"
 
 
 class KnownDomains:
-    """A :class:`DomainTable` (``table``) that saves itself under ``root`` on every change.
+    """A :class:`DomainTable` (``table``) that saves itself under ``root`` on every change
+    (:class:`router.table_file.SavedTable`: the file format of a run's ``domains.json``).
 
     Parameters
     ----------
@@ -41,31 +39,24 @@ class KnownDomains:
     def __init__(self, root: str | Path | None = None) -> None:
         self.path = Path(root) / FILE if root else None
         self.table = DomainTable()
-        self._lock = threading.Lock()
+        self._saved = SavedTable(self.path, self.table) if self.path is not None else None
         if self.path is not None and self.path.exists():
             for row in self._load(self.path):
                 self.table.apply(row)
 
     @staticmethod
     def _load(path: Path) -> list[DomainRecord]:
-        fix = "delete it, the monitor rebuilds it from the domains topic"
         try:
-            body = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path} is unreadable ({exc}); {fix}") from exc
-        if not isinstance(body, list) or not all(isinstance(r, dict) for r in body):
-            raise ValueError(f"{path} is not a list of domain records; {fix}")
-        try:
-            return [DomainRecord.from_dict(r, strict=False) for r in body]
-        except (RecordError, TypeError) as exc:
-            raise ValueError(f"{path} holds a bad domain record ({exc}); {fix}") from exc
+            return read_rows(path)
+        except TableFileError as exc:
+            raise ValueError(
+                f"unreadable domain table: {exc}; delete it, the monitor rebuilds it from the "
+                "domains topic"
+            ) from None
 
     def apply(self, row: DomainRecord) -> bool:
         """Apply ``row`` to the table; save when it was accepted (newer than what was held)."""
-        with self._lock:
-            accepted = self.table.apply(row)
-            if accepted and self.path is not None:
-                atomic_write_json(self.path, [r.to_dict() for r in self.table.rows()])
+        accepted = self._saved.apply(row) if self._saved is not None else self.table.apply(row)
         if accepted:
             log.info("domain %s v%d (%s)", row.domain_id, row.version, row.status)
         return accepted
