@@ -1,4 +1,5 @@
-"""The frozen trunk: any local Hugging Face causal LM (GPT-2 and Llama families at least).
+"""The frozen trunk: any local Hugging Face causal LM (GPT-2 and Llama families at least),
+or our own reversible trunk (:mod:`experts.reversible`, GPT-2's layout where experts meet it).
 
 The trunk is loaded once, frozen (``requires_grad_(False)``, eval mode) and identified by a
 fingerprint: a sha256 over its configuration and the bytes of every weight tensor as stored
@@ -206,6 +207,8 @@ def load_trunk(path: str | Path, dtype: torch.dtype = torch.float32, device: str
         has neither the GPT-2 nor the Llama block layout.
     """
     from transformers import AutoModelForCausalLM
+
+    import experts.reversible  # noqa: F401 - registers our own model type "worx_reversible"
 
     root = Path(path)
     fingerprint = trunk_fingerprint(root)
