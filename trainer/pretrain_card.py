@@ -59,6 +59,9 @@ def reproduce_command(cfg: PretrainConfig, steps_done: int, planned: int) -> str
         parts.append("--train-domains " + ",".join(cfg.train_domains))
     if cfg.threads:
         parts.append(f"--threads {cfg.threads}")
+    if cfg.reversible:
+        parts.append("--reversible")
+    parts += [f"--grow-at {spec}" for spec in cfg.grow_at]
     parts += [f"--device {cfg.device}", f"--save-dtype {cfg.save_dtype}", "--force"]
     return " ".join(parts)
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.trunk_growth import plan_growth
+
 # Weights larger than this in float32 are saved in float16 (the committed trunk's limit).
 DEFAULT_MAX_WEIGHT_BYTES = 20 * 1024 * 1024
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -32,6 +34,10 @@ class PretrainConfig:
     vocab_size: int = 8192  # BPE vocabulary target (trained on all domains)
     context: int = 256  # tokens per training sequence and max positions
     dropout: float = 0.0  # residual/embedding/attention dropout
+    reversible: bool = False  # a reversible trunk (experts/reversible.py; needs dropout 0)
+    # grow mid-training, "STEP:LAYERSxWIDTH" each (trainer/trunk_growth.py); layers and
+    # width above are the starting shape
+    grow_at: tuple[str, ...] = ()
     # optimisation
     steps: int = 0  # total optimizer steps (schedule length); 0: from `minutes`
     minutes: float = 0.0  # training time budget; 0: no budget (needs `steps`)
@@ -78,6 +84,12 @@ class PretrainConfig:
             raise ValueError("vocab_size must be >= 257 (256 bytes + <|endoftext|>)")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError("dropout must be in [0, 1)")
+        if self.reversible and self.dropout:
+            raise ValueError(
+                "--reversible needs --dropout 0: its backward recomputes every block and "
+                "must meet the same function"
+            )
+        plan_growth(self.grow_at, self.layers, self.width, self.steps)  # GrowthError: how
         if self.save_dtype not in DTYPES and self.save_dtype != "auto":
             raise ValueError(f"save_dtype must be auto or one of {sorted(DTYPES)}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):

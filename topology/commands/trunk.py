@@ -80,6 +80,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="warm-up steps (0: a tenth of --steps, at most 100)",
     )
     pre.add_argument("--dropout", type=float, default=0.0, help="dropout")
+    pre.add_argument(
+        "--reversible",
+        action="store_true",
+        help="a reversible trunk: two residual streams, activations recomputed from the "
+        "outputs in backward (memory flat in depth); loads like any trunk (needs dropout 0)",
+    )
+    pre.add_argument(
+        "--grow-at",
+        action="append",
+        default=[],
+        type=_growth_spec,
+        metavar="STEP:LAYERSxWIDTH",
+        help="grow the trunk before step STEP to LAYERS blocks of width WIDTH (a multiple "
+        "of the width before), function-preservingly: zero-output inserted blocks, copied "
+        "units; repeatable, in step order; --layers/--width give the starting shape",
+    )
     pre.add_argument("--seed", type=int, default=0, help="random seed")
     pre.add_argument("--max-docs-per-domain", type=int, default=0, help=argparse.SUPPRESS)
     pre.add_argument(
@@ -128,6 +144,8 @@ def run_pretrain(args: argparse.Namespace) -> int:
         vocab_size=args.vocab_size,
         context=args.context,
         dropout=args.dropout,
+        reversible=args.reversible,
+        grow_at=tuple(args.grow_at),
         steps=args.steps,
         minutes=args.minutes,
         stop_step=args.stop_step,
@@ -153,6 +171,18 @@ def run_pretrain(args: argparse.Namespace) -> int:
     print(f"trunk written to {Path(args.out).resolve()}")
     _print_figures(report)
     return 0
+
+
+def _growth_spec(text: str) -> str:
+    """``--grow-at``'s value, checked for form (the shapes are checked against each other
+    and the starting shape when the run is set up)."""
+    from trainer.trunk_growth import GrowthError, parse_growth
+
+    try:
+        parse_growth(text)
+    except GrowthError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -15,6 +15,11 @@ hard stop). ``minutes`` alone: the schedule runs over wall-clock time, so the le
 has decayed when the budget ends however busy the machine is; the card then gives the
 step-based command of the same length, which redoes the recipe but not bit for bit.
 
+Options: ``reversible`` trains a reversible trunk (:mod:`experts.reversible`: activations
+recomputed from outputs in backward, so their memory does not grow with depth);
+``grow_at`` grows the trunk mid-training, function-preservingly (:mod:`trainer.trunk_growth`),
+measuring the loss of a fixed probe batch right before and right after each growth.
+
 The parts: settings in :mod:`trainer.pretrain_config`, data in :mod:`trainer.pretrain_data`,
 report and card in :mod:`trainer.pretrain_card`; the schedule is :func:`trainer.schedule.lr_at`
 and the autocast :func:`trainer.precision.autocast_for`, as in the other recipes.
@@ -44,6 +49,7 @@ from trainer.pretrain_card import CARD_NAME, REPORT_NAME, model_card, reproduce_
 from trainer.pretrain_config import DTYPES, PretrainConfig, warmup_steps
 from trainer.pretrain_data import HOLDOUT_SALT, Batches, Corpus, load_corpus, token_stream
 from trainer.schedule import lr_at
+from trainer.trunk_growth import grow, plan_growth
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +85,9 @@ class _Setup:
 class _Trained:
     """What the training loop hands to evaluation and the report."""
 
+    model: torch.nn.Module  # the trained model (a new object after a widening)
     losses: list[float]
+    growth: list[dict[str, Any]]  # one entry per growth: shapes, loss before and after
     step: int  # optimizer steps taken
     total: int  # planned steps (the step-based rerun's length)
     stopped_by: str
@@ -129,6 +137,7 @@ def pretrain(
         setup = _setup(cfg, corpus, tmp, started)
         model = _build_model(cfg, setup.tokenizer, device)
         trained = _train(cfg, model, setup.train_stream, device, on_step)
+        model = trained.model
         per_domain = evaluate_domains(
             model, setup.heldout, cfg.context, max(1, cfg.batch_size), device, cfg.eval_tokens
         )
@@ -180,27 +189,33 @@ def _setup(cfg: PretrainConfig, corpus: Corpus, tmp: Path, started: float) -> _S
 
 
 def _build_model(cfg: PretrainConfig, tokenizer: Any, device: torch.device) -> torch.nn.Module:
-    """A freshly initialised GPT-2 LM (tied embeddings) on ``device``, in train mode."""
+    """A freshly initialised GPT-2 LM, or its reversible variant (tied embeddings both), on
+    ``device``, in train mode."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    model_config = GPT2Config(
+    from experts.reversible import ReversibleConfig, ReversibleLMHeadModel
+
+    shape = dict(
         vocab_size=len(tokenizer),
         n_positions=cfg.context,
         n_embd=cfg.width,
         n_layer=cfg.layers,
         n_head=cfg.n_heads,
         resid_pdrop=cfg.dropout,
-        embd_pdrop=cfg.dropout,
-        attn_pdrop=cfg.dropout,
         bos_token_id=tokenizer.eos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=True,
     )
-    model = GPT2LMHeadModel(model_config).to(device)
+    if cfg.reversible:
+        model = ReversibleLMHeadModel(ReversibleConfig(**shape))
+    else:
+        model = GPT2LMHeadModel(GPT2Config(**shape, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout))
+    model = model.to(device)
     model.train()
     logger.info(
-        "model: %d layers, width %d, %d heads, vocab %d, %.2fM parameters",
+        "model: %s%d layers, width %d, %d heads, vocab %d, %.2fM parameters",
+        "reversible, " if cfg.reversible else "",
         cfg.layers,
         cfg.width,
         cfg.n_heads,
@@ -219,15 +234,25 @@ def _train(
 ) -> _Trained:
     """AdamW over seeded random windows of ``train_stream`` until the steps or the time
     budget run out (or ``stop_step``)."""
-    optimizer = torch.optim.AdamW(
-        _param_groups(model, cfg.weight_decay),
-        lr=cfg.lr,
-        betas=(0.9, 0.95),
-        eps=1e-8,
-        **({"fused": True} if device.type == "cuda" else {}),
-    )
+
+    def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(
+            _param_groups(model, cfg.weight_decay),
+            lr=cfg.lr,
+            betas=(0.9, 0.95),
+            eps=1e-8,
+            **({"fused": True} if device.type == "cuda" else {}),
+        )
+
+    optimizer = make_optimizer(model)
     generator = torch.Generator().manual_seed(cfg.seed)
     batches = iter(Batches(train_stream, cfg.context, cfg.batch_size, device, generator))
+    growths = plan_growth(cfg.grow_at, cfg.layers, cfg.width, cfg.steps)
+    grown: list[dict[str, Any]] = []
+    probe = None  # the fixed batch the loss is measured on around each growth
+    if growths:
+        probe_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        probe = next(iter(Batches(train_stream, cfg.context, cfg.batch_size, device, probe_gen)))
     budget_s = cfg.minutes * 60.0
     by_time = not cfg.steps  # schedule over wall-clock time
     total = cfg.steps or 10**12
@@ -253,6 +278,14 @@ def _train(
             if step == warmup_steps(cfg):
                 warmup_end_s = elapsed
             progress = (elapsed - warmup_end_s) / max(1e-9, budget_s - warmup_end_s)
+        if growths and step == growths[0].step:
+            before = _probe_loss(model, probe, device)
+            model, optimizer, event = grow(
+                model, optimizer, growths.pop(0), make_optimizer, seed=cfg.seed
+            )
+            after = _probe_loss(model, probe, device)
+            grown.append({**event, "loss_before": before, "loss_after": after})
+            logger.info("grew at step %d: loss %.6f -> %.6f", step, before, after)
         lr = schedule_lr(step, total, cfg, progress)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -283,7 +316,17 @@ def _train(
         stopped_by = "stop_step"
     if by_time:
         total = step  # the step-based rerun of the same length
-    return _Trained(losses, step, total, stopped_by, by_time, train_s)
+    return _Trained(model, losses, grown, step, total, stopped_by, by_time, train_s)
+
+
+@torch.no_grad()
+def _probe_loss(model: torch.nn.Module, x: torch.Tensor, device: torch.device) -> float:
+    """The loss of ``model`` on the batch ``x`` (B, T), without dropout."""
+    model.eval()
+    with autocast_for(device):
+        loss = model(input_ids=x, attention_mask=torch.ones_like(x), labels=x).loss
+    model.train()
+    return float(loss)
 
 
 def _save(
@@ -307,10 +350,11 @@ def _save(
     n_train_tokens = int(setup.train_stream.numel())
     report = {
         "schema_version": 1,
-        "architecture": "GPT2LMHeadModel",
-        "layers": cfg.layers,
-        "width": cfg.width,
-        "heads": cfg.n_heads,
+        "architecture": type(model).__name__,
+        "layers": model.config.n_layer,
+        "width": model.config.n_embd,
+        "heads": model.config.n_head,
+        "growth": trained.growth,
         "context": cfg.context,
         "vocab_size": len(setup.tokenizer),
         "parameters": n_params,
