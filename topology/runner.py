@@ -1,9 +1,9 @@
 """The plain confluent-kafka runtime: feeds any stage object, at least once.
 
 The batch runtime. Loop (confluent's example discipline): consume a batch, run the stage
-on each message, send every output through the :class:`~topology.publisher.Publisher`,
-flush it (it raises if anything was not delivered), then store and commit the batch's
-offsets.
+on its messages (in one ``process_batch`` call where the stage has one), send every output
+through the :class:`~topology.publisher.Publisher`, flush it (it raises if anything was not
+delivered), then store and commit the batch's offsets.
 A crash between produce and commit replays at most one batch; the stages' keyed,
 idempotent effects make that safe.
 """
@@ -52,6 +52,35 @@ def apply_stage(stage: Stage, message: Message, stage_name: str) -> list[Emit]:
             message.offset,
         )
         return reject(message, "stage_error", f"{type(exc).__name__}: {exc}", stage_name)
+
+
+def apply_stage_batch(
+    stage: Stage, messages: Sequence[Message], stage_name: str
+) -> list[list[Emit]]:
+    """:func:`apply_stage` of each message, in order; a stage with ``process_batch`` gets
+    every record that decodes in one call. If that call raises, each of those messages
+    goes through :func:`apply_stage` on its own, so only a bad one is dead-lettered."""
+    process_batch = getattr(stage, "process_batch", None)
+    if process_batch is None or stage.input_record is None:
+        return [apply_stage(stage, message, stage_name) for message in messages]
+    results: list[list[Emit]] = [[] for _ in messages]
+    decoded: list[int] = []
+    records = []
+    for i, message in enumerate(messages):
+        try:
+            records.append(stage.input_record.from_json(message.value or b"", strict=False))
+            decoded.append(i)
+        except Exception:  # apply_stage dead-letters it with the reason
+            results[i] = apply_stage(stage, message, stage_name)
+    if decoded:
+        try:
+            outputs = process_batch([messages[i] for i in decoded], records)
+        except Exception:
+            log.info("stage %s: batch of %d failed; one by one", stage_name, len(decoded))
+            outputs = [apply_stage(stage, messages[i], stage_name) for i in decoded]
+        for i, emits in zip(decoded, outputs, strict=True):
+            results[i] = emits
+    return results
 
 
 def reject(message: Message, reason: str, detail: str, stage_name: str) -> list[Emit]:
@@ -141,15 +170,13 @@ class StageRunner:
             self.consumer.close()
 
     def _handle_batch(self, batch: list) -> None:
-        good = []
+        good = [msg for msg in batch if carries_record(msg)]
         out = 0
-        for msg in batch:
-            if not carries_record(msg):
-                continue
-            for emit in apply_stage(self.stage, to_message(msg), self.stage_name):
+        messages = [to_message(msg) for msg in good]
+        for emits in apply_stage_batch(self.stage, messages, self.stage_name):
+            for emit in emits:
                 self.publisher.send(emit.topic, emit.key, emit.record)
                 out += 1
-            good.append(msg)
         self.publisher.flush()  # raises if undelivered: then nothing is committed
         if good:
             latest: dict[tuple[str, int], int] = {}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from router.route import RouteStage
 from topology.faust_agents import crash_when_dead, raw_topic, to_message
-from topology.runner import apply_stage
+from topology.runner import apply_stage_batch
 
 if TYPE_CHECKING:
     import faust
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from topology.topics import Topics
 
 log = logging.getLogger(__name__)
+
+BATCH = 256  # most events routed in one RouteStage.process_batch call
+BATCH_WAIT_S = 0.05  # longest wait for a batch to fill (the latency it may add)
 
 
 def bootstrap_of(app: faust.App) -> str:
@@ -42,12 +45,16 @@ def register(app: faust.App, config: WorxConfig, topics: Topics) -> None:
         return outputs[suffix]
 
     async def route(stream: Any) -> None:
-        # each output is sent (handed to the producer) before the event is acknowledged;
-        # Faust flushes the producer before it commits the offset: at least once
-        async for event in stream.events():
-            for emit in apply_stage(stage, to_message(event), "route"):
-                key = emit.key.encode() if emit.key is not None else None
-                await output(emit.topic).send(key=key, value=emit.record.to_json())
+        # events come in batches (the texts are embedded together); take_events
+        # acknowledges a batch's events only after this body has sent (handed to the
+        # producer) each of their outputs, and Faust flushes the producer before it
+        # commits the offsets: at least once
+        async for events in stream.take_events(BATCH, within=BATCH_WAIT_S):
+            messages = [to_message(event) for event in events]
+            for emits in apply_stage_batch(stage, messages, "route"):
+                for emit in emits:
+                    key = emit.key.encode() if emit.key is not None else None
+                    await output(emit.topic).send(key=key, value=emit.record.to_json())
 
     app.agent(raw_topic(app, topics.docs), name="route")(route)
 
