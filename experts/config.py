@@ -12,6 +12,10 @@ class ExpertsConfig:
     trunk_dir: str = ""  # Hugging Face model directory; empty: the bundled default trunk
     trunk_dtype: str = "float32"  # dtype the trunk is loaded in for serving (one of DTYPES)
     store_dir: str = ""  # expert store root; empty: <data_dir>/experts
+    # s3://bucket/prefix: the store is that bucket (credentials and endpoint from the
+    # environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL), and the
+    # directory above is each command's local cache of it; empty: the directory is the store
+    store_url: str = ""
     lru_budget_mb: int = 512  # bytes of loaded experts kept in memory (LRU beyond it)
     # disk hygiene of the store (applied whenever a command opens it):
     quarantine_keep: int = 100  # newest .quarantine entries kept; 0: no count limit
@@ -44,6 +48,10 @@ class ExpertsConfig:
     def validate(self) -> None:
         if self.trunk_dtype not in DTYPES:
             raise ValueError(f"experts.trunk_dtype {self.trunk_dtype!r} is not one of {DTYPES}")
+        if self.store_url:
+            from experts.object_store import parse_store_url
+
+            parse_store_url(self.store_url)  # ValueError naming the setting
         if self.lru_budget_mb < 1:
             raise ValueError("experts.lru_budget_mb must be >= 1")
         if self.quarantine_keep < 0 or self.quarantine_max_age_days < 0:

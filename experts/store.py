@@ -1,19 +1,26 @@
 """The write-once expert store: ``<root>/<expert_id>/weights.safetensors`` + ``manifest.json``.
 
-* Write-once: an expert is written into a temporary directory (files fsynced), which is
-  then renamed to ``<root>/<expert_id>`` in one step, so readers see all of it or nothing.
-  Putting an existing id with the same sha256 is a no-op; with another sha256 it is refused.
-* Verified on every load: the file is memory-mapped, its size and sha256 are checked
-  against the manifest, and the tensors are views of that same mapping (no second read,
-  nothing between the check and the use).
+The root is a directory or an S3-compatible bucket (:mod:`experts.store_open` picks one
+from ``experts.store_url``); this module holds every rule, a backend only moves bytes
+(:mod:`experts.store_files`, :mod:`experts.object_store`).
+
+* Write-once: the directory backend renames a complete, fsynced temporary directory onto
+  ``<root>/<expert_id>``; the bucket backend puts each object with ``If-None-Match: *``,
+  the manifest last. Either way, of two writers of one id exactly one wins, and readers see
+  all of an entry or nothing. Putting an existing id with the same sha256 is a no-op; with
+  another sha256 it is refused.
+* Verified on every load: the weights file (the store's own, or the bucket backend's local
+  copy) is memory-mapped, its size and sha256 are checked against the manifest, and the
+  tensors are views of that same mapping (no second read, nothing between the check and
+  the use). A local copy that fails is fetched again before anything is refused.
 * Refusals (:class:`ExpertRefused`) carry one ``reason`` of :data:`REASONS`. An entry that
   fails its integrity checks (hash, size, undecodable bytes) is quarantined: moved to
   ``<root>/.quarantine/<name>-<ms>/`` with ``reason.json``. An intact entry this reader
   cannot use (:data:`SKIPPED`: another trunk's, or a newer manifest schema) is skipped,
   logged once and listed by :meth:`ExpertStore.skipped`, and never moved: the store may be
   shared by readers of several trunks and builds.
-* Housekeeping on open (:mod:`experts.store_housekeeping`): temporary directories of
-  writers that are gone are removed; the quarantine keeps a bounded number of entries.
+* Housekeeping on open: temporary entries of writers that are gone are removed; the
+  quarantine keeps a bounded number of entries.
 * Loaded experts sit in an LRU cache bounded in bytes, so the store can hold far more
   experts than memory.
 
@@ -35,11 +42,9 @@ import json
 import logging
 import mmap
 import os
-import shutil
 import struct
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,15 +56,19 @@ from safetensors.torch import save as save_safetensors
 
 from experts.expert import Expert, ExpertConfigError
 from experts.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, NewerManifest
-from experts.store_housekeeping import WriterLock, clean_stale_tmp, prune_quarantine
-from worx.atomic import atomic_write_json, fsync_dir
+from experts.store_files import (
+    MANIFEST,
+    QUARANTINE,  # noqa: F401 - part of this module's interface
+    WEIGHTS,
+    DirectoryBackend,
+    StoreBackend,
+    StoreUnavailable,
+    WriteConflict,
+)
 from worx.ids import UnsafeIdError, validate_id
 
 log = logging.getLogger(__name__)
 
-WEIGHTS = "weights.safetensors"
-MANIFEST = "manifest.json"
-QUARANTINE = ".quarantine"
 REASONS = (
     "corrupt",
     "truncated",
@@ -97,12 +106,12 @@ class ExpertRefused(Exception):
         One of :data:`REASONS`.
     expert_id : str
         The id as given (possibly unsafe: never use it as a path).
-    quarantined : Path or None
-        Where the refused entry was moved, if it was.
+    quarantined : Path, str or None
+        Where the refused entry was moved (a directory, or an ``s3://`` prefix), if it was.
     """
 
     def __init__(
-        self, reason: str, expert_id: str, detail: str, quarantined: Path | None = None
+        self, reason: str, expert_id: str, detail: str, quarantined: Path | str | None = None
     ) -> None:
         assert reason in REASONS, reason
         self.reason = reason
@@ -209,14 +218,24 @@ def _parse_safetensors(buf: Any, size: int) -> tuple[dict[str, torch.Tensor], di
     return tensors, metadata
 
 
+class _Damaged(Exception):
+    """Weights bytes that fail a check: (reason, detail); refused by the caller."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(reason, detail)
+
+
 class ExpertStore:
     """Write-once, verified, lazily loaded expert store rooted at ``root``.
 
     Parameters
     ----------
-    root : path
-        Store directory. With ``create`` (writers) it is created if missing; without
-        (readers) a missing one is not created and looks empty until a writer makes it.
+    root : path or StoreBackend
+        Store directory, or a backend (:class:`experts.object_store.S3Backend`; open one
+        with :func:`experts.store_open.open_store`). A directory is created if missing with
+        ``create`` (writers); without (readers) it looks empty until a writer makes it.
     trunk_fingerprint : str or None
         The trunk experts must have been built on; ``None`` (inspection only) skips that
         check and forbids :meth:`put`.
@@ -229,13 +248,14 @@ class ExpertStore:
         Retention of ``.quarantine``: the newest ``quarantine_keep`` entries, none older
         than ``quarantine_max_age_s`` (0: no limit), applied on open and on every move.
     stale_tmp_after_s : float
-        A writer's temporary directory without a lock file is removed on open once
-        unchanged this long (with a lock file: as soon as its writer is gone).
+        A writer's temporary entry (a lock-less ``.tmp-*`` directory, a bucket's weights
+        object no manifest committed) is removed on open once unchanged this long (a
+        directory with a lock file: as soon as its writer is gone).
     """
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: str | os.PathLike[str] | StoreBackend,
         trunk_fingerprint: str | None,
         lru_budget_bytes: int = 512 << 20,
         quarantine: bool = True,
@@ -244,9 +264,11 @@ class ExpertStore:
         stale_tmp_after_s: float = 3600,
         create: bool = True,
     ) -> None:
-        self.root = Path(root)
-        if create:
-            self.root.mkdir(parents=True, exist_ok=True)
+        if isinstance(root, (str, os.PathLike)):
+            root = DirectoryBackend(root, create=create)
+        self.backend: StoreBackend = root
+        self.root = root.local_root  # where weights files are mapped from (a cache for a bucket)
+        self.where = root.where
         self.trunk_fingerprint = trunk_fingerprint
         self.lru_budget_bytes = int(lru_budget_bytes)
         self.quarantine_enabled = quarantine
@@ -256,10 +278,11 @@ class ExpertStore:
         self._cache: OrderedDict[str, tuple[Expert, int]] = OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
-        self.loads = 0  # verified loads from disk (cache misses)
+        self.loads = 0  # verified loads (cache misses)
         self.hits = 0
-        if self.root.is_dir():
-            clean_stale_tmp(self.root, stale_tmp_after_s)
+        self.refetches = 0  # local copies that failed their checks and were fetched again
+        if self.backend.exists():
+            self.backend.housekeeping(stale_tmp_after_s)
             self._prune_quarantine()
 
     # ------------------------------------------------------------------ write
@@ -280,7 +303,8 @@ class ExpertStore:
         ------
         ExpertRefused
             ``unsafe_id`` for an id that cannot name a directory, ``bad_manifest`` for
-            invalid fields, ``duplicate_id`` if ``expert_id`` exists with another sha256.
+            invalid fields, ``duplicate_id`` if ``expert_id`` exists with another sha256
+            (or another writer is writing it with other bytes).
         """
         if self.trunk_fingerprint is None:
             raise ValueError("this store was opened without a trunk fingerprint; it cannot write")
@@ -318,29 +342,16 @@ class ExpertStore:
             manifest.check()
         except ManifestError as exc:
             raise ExpertRefused("bad_manifest", expert_id, str(exc)) from exc
-        target = self.root / expert_id
-        if target.exists():
+        if self.backend.has(expert_id):
             return self._same_or_refuse(expert_id, sha)
-        self.root.mkdir(parents=True, exist_ok=True)
-        with WriterLock(self.root, expert_id) as tmp:
-            tmp.mkdir()
-            try:
-                _write_synced(tmp / WEIGHTS, data)
-                _write_synced(
-                    tmp / MANIFEST,
-                    json.dumps(manifest.to_dict(), indent=2, sort_keys=True).encode(),
-                )
-                fsync_dir(tmp)
-                try:
-                    os.rename(tmp, target)  # atomic; fails if another writer got there first
-                except OSError:
-                    if target.exists():
-                        return self._same_or_refuse(expert_id, sha)
-                    raise
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
-        fsync_dir(self.root)
+        body = json.dumps(manifest.to_dict(), indent=2, sort_keys=True).encode()
+        try:
+            written = self.backend.write_once(expert_id, data, body, sha)
+        except WriteConflict as exc:
+            detail = f"{exc}; experts are write-once: register it under a new id"
+            raise ExpertRefused("duplicate_id", expert_id, detail) from exc
+        if not written:  # another writer got there first
+            return self._same_or_refuse(expert_id, sha)
         log.info(
             "stored expert %s (%d params, sha256 %s)", expert_id, manifest.num_params, sha[:12]
         )
@@ -360,12 +371,8 @@ class ExpertStore:
 
     # ------------------------------------------------------------------ read
     def ids(self) -> list[str]:
-        """Ids of every entry (a directory not starting with '.'), sorted; unverified."""
-        if not self.root.is_dir():
-            return []
-        return sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
-        )
+        """Ids of every entry (not starting with '.'), sorted; unverified."""
+        return self.backend.names()
 
     def __contains__(self, expert_id: object) -> bool:
         """True if ``expert_id`` names an entry directly under the root (even an unsafe name)."""
@@ -373,7 +380,7 @@ class ExpertStore:
             return False
         if "/" in expert_id or "\\" in expert_id or "\0" in expert_id:
             return False
-        return (self.root / expert_id).is_dir()
+        return self.backend.has(expert_id)
 
     def manifest(self, expert_id: str) -> Manifest:
         """The validated manifest of ``expert_id``.
@@ -392,15 +399,12 @@ class ExpertStore:
             if isinstance(expert_id, str) and expert_id in self:
                 refused = self._refuse(refused)
             raise refused from exc
-        entry = self.root / expert_id
-        if not entry.is_dir():
+        if not self.backend.has(expert_id):
             raise ExpertRefused(
-                "missing", expert_id, f"no expert {expert_id!r} in store {self.root}"
+                "missing", expert_id, f"no expert {expert_id!r} in store {self.where}"
             )
         try:
-            with (entry / MANIFEST).open("rb") as handle:
-                raw = handle.read(MAX_MANIFEST_READ)
-            manifest = Manifest.parse(raw)
+            manifest = Manifest.parse(self.backend.read_manifest(expert_id, MAX_MANIFEST_READ))
         except FileNotFoundError:
             raise self._refuse(
                 ExpertRefused("bad_manifest", expert_id, f"{MANIFEST} is missing")
@@ -409,6 +413,8 @@ class ExpertStore:
             raise self._refuse(ExpertRefused("newer_schema", expert_id, str(exc))) from exc
         except ManifestError as exc:
             raise self._refuse(ExpertRefused("bad_manifest", expert_id, str(exc))) from exc
+        except StoreUnavailable:
+            raise  # the bucket, not the entry: nothing to refuse
         except OSError as exc:  # a directory named manifest.json, unreadable bytes
             detail = f"{MANIFEST} cannot be read: {exc}"
             raise self._refuse(ExpertRefused("bad_manifest", expert_id, detail)) from exc
@@ -456,38 +462,53 @@ class ExpertStore:
                 self._cached_bytes -= evicted
             return self._cache[expert_id][0]
 
-    def _load(self, expert_id: str) -> tuple[Expert, int]:
+    def _load(self, expert_id: str, refresh: bool = False) -> tuple[Expert, int]:
+        """Verified load; ``refresh``: a caching backend fetches the bytes afresh."""
         manifest = self.manifest(expert_id)
-        try:
-            return self._load_verified(expert_id, manifest)
-        except ExpertRefused:
-            raise
-        except Exception as exc:  # noqa: BLE001 - whatever hostile bytes raise is corruption
-            detail = f"{WEIGHTS} cannot be loaded ({type(exc).__name__}: {exc})"
-            raise self._refuse(ExpertRefused("corrupt", expert_id, detail)) from exc
+        while True:
+            try:
+                path, fresh = self.backend.weights_file(expert_id, manifest.size_bytes, refresh)
+            except FileNotFoundError:
+                raise self._refuse(
+                    ExpertRefused("truncated", expert_id, f"{WEIGHTS} is missing")
+                ) from None
+            try:
+                return self._load_verified(path, manifest)
+            except _Damaged as damage:
+                if not fresh:  # a local copy: the bucket's bytes decide, not the copy's
+                    log.warning(
+                        "local copy of expert %s failed its checks (%s): fetching it again",
+                        expert_id,
+                        damage.detail,
+                    )
+                    self.refetches += 1
+                    refresh = True
+                    continue
+                raise self._refuse(ExpertRefused(damage.reason, expert_id, damage.detail)) from None
+            except Exception as exc:  # noqa: BLE001 - whatever hostile bytes raise is corruption
+                detail = f"{WEIGHTS} cannot be loaded ({type(exc).__name__}: {exc})"
+                raise self._refuse(ExpertRefused("corrupt", expert_id, detail)) from exc
 
-    def _load_verified(self, expert_id: str, manifest: Manifest) -> tuple[Expert, int]:
-        path = self.root / expert_id / WEIGHTS
+    @staticmethod
+    def _load_verified(path: Path, manifest: Manifest) -> tuple[Expert, int]:
         try:
             handle = path.open("rb")
         except FileNotFoundError:
-            raise self._refuse(
-                ExpertRefused("truncated", expert_id, f"{WEIGHTS} is missing")
-            ) from None
+            raise _Damaged("truncated", f"{WEIGHTS} is missing") from None
         with handle:
             size = os.fstat(handle.fileno()).st_size
             if size < manifest.size_bytes:
                 detail = f"{WEIGHTS} has {size} bytes, the manifest says {manifest.size_bytes}"
-                raise self._refuse(ExpertRefused("truncated", expert_id, detail))
+                raise _Damaged("truncated", detail)
             if size > manifest.size_bytes:
                 detail = (
                     f"{WEIGHTS} has {size} bytes, more than the manifest's {manifest.size_bytes}"
                 )
-                raise self._refuse(ExpertRefused("corrupt", expert_id, detail))
+                raise _Damaged("corrupt", detail)
             try:  # the header length, before hashing or parsing anything
                 _header_length(handle.read(8), size)
             except ValueError as exc:
-                raise self._refuse(ExpertRefused("corrupt", expert_id, str(exc))) from exc
+                raise _Damaged("corrupt", str(exc)) from exc
             mapped = mmap.mmap(
                 handle.fileno(), 0, access=mmap.ACCESS_COPY
             )  # private: never writes back
@@ -496,13 +517,13 @@ class ExpertStore:
             detail = (
                 f"sha256 of {WEIGHTS} is {sha[:12]}..., the manifest says {manifest.sha256[:12]}..."
             )
-            raise self._refuse(ExpertRefused("corrupt", expert_id, detail))
+            raise _Damaged("corrupt", detail)
         try:
             tensors, _ = _parse_safetensors(mapped, size)
             expert = Expert.from_tensors(manifest.expert_config(), manifest.hidden_size, tensors)
         except ValueError as exc:  # ExpertConfigError is a ValueError
             reason = "bad_manifest" if isinstance(exc, ExpertConfigError) else "corrupt"
-            raise self._refuse(ExpertRefused(reason, expert_id, str(exc))) from exc
+            raise _Damaged(reason, str(exc)) from exc
         return expert, size
 
     def cache_info(self) -> dict[str, int]:
@@ -513,6 +534,7 @@ class ExpertStore:
                 "budget_bytes": self.lru_budget_bytes,
                 "loads": self.loads,
                 "hits": self.hits,
+                "refetches": self.refetches,
             }
 
     def cached_ids(self) -> list[str]:
@@ -528,9 +550,8 @@ class ExpertStore:
 
     # ------------------------------------------------------------------ verify / quarantine
     def verify(self, quarantine: bool | None = None) -> VerifyReport:
-        """Re-hash and re-validate every entry (bypassing the cache); report each outcome.
-
-        ``quarantine`` overrides the store's setting for this call.
+        """Re-hash and re-validate every entry (bypassing the cache and any local copy);
+        report each outcome. ``quarantine`` overrides the store's setting for this call.
         """
         saved = self.quarantine_enabled
         if quarantine is not None:
@@ -539,7 +560,7 @@ class ExpertStore:
         try:
             for expert_id in self.ids():
                 try:
-                    self._load(expert_id)
+                    self._load(expert_id, refresh=True)
                 except ExpertRefused as exc:
                     report.refused.append(exc.to_dict())
                 else:
@@ -557,7 +578,6 @@ class ExpertStore:
         is an integrity failure), or note it as skipped; return it."""
         self.evict(refused.expert_id)
         name = refused.expert_id
-        entry = self.root / name
         if refused.reason in SKIPPED:
             if name not in self._skipped:
                 log.warning("%s; left in place", refused)
@@ -566,43 +586,25 @@ class ExpertStore:
         if not self.quarantine_enabled or name not in self:
             log.warning("%s", refused)
             return refused
-        qdir = self.root / QUARANTINE
-        qdir.mkdir(exist_ok=True)
-        dest = qdir / f"{name}-{_now_ms()}-{uuid.uuid4().hex[:6]}"
         try:
-            os.rename(entry, dest)
+            dest = self.backend.quarantine(name)
         except OSError as exc:  # another process moved it first
-            log.warning("could not quarantine %s: %s", entry, exc)
+            log.warning("could not quarantine %s in %s: %s", name, self.where, exc)
+            return refused
+        if dest is None:
             return refused
         refused.quarantined = dest
-        atomic_write_json(dest / "reason.json", {**refused.to_dict(), "quarantined_ms": _now_ms()})
-        fsync_dir(self.root)
+        self.backend.write_reason(dest, {**refused.to_dict(), "quarantined_ms": _now_ms()})
         log.error("%s", refused)
         self._prune_quarantine()
         return refused
 
     def _prune_quarantine(self) -> None:
-        prune_quarantine(self.root / QUARANTINE, self.quarantine_keep, self.quarantine_max_age_s)
+        self.backend.prune_quarantine(self.quarantine_keep, self.quarantine_max_age_s)
 
     def quarantined(self) -> list[dict[str, Any]]:
         """``reason.json`` of every quarantined entry."""
-        qdir = self.root / QUARANTINE
-        out = []
-        for entry in sorted(qdir.iterdir()) if qdir.is_dir() else []:
-            try:
-                out.append(json.loads((entry / "reason.json").read_text()))
-            except (OSError, json.JSONDecodeError):
-                out.append(
-                    {"expert_id": entry.name, "reason": "unknown", "detail": "no reason.json"}
-                )
-        return out
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with path.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+        return self.backend.quarantined()
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:

@@ -18,7 +18,7 @@ from monitor.history import MatrixHistory
 from monitor.labels import DomainLabels
 from monitor.live import LiveState
 from monitor.stage import MonitorStage
-from topology import paths
+from topology import expert_store, paths
 
 log = logging.getLogger(__name__)
 
@@ -34,24 +34,23 @@ def server_from_config(config: Any, trunk_dir: str | None = None, store_dir: str
 
     from experts.likelihood_routing import likelihood_router
     from experts.serving import ExpertServer
-    from experts.store import ExpertStore
     from experts.trunk import load_trunk
     from router.embed import default_embedder
     from router.gate import Gate
 
     section = config.experts
-    store_path = paths.store_dir(config, store_dir)
-    if store_dir:  # named on the command line: it must exist (the configured one may not yet)
-        paths.existing_dir(store_path, "expert store", paths.STORE_HINT)
+    if store_dir and not section.store_url:  # named on the command line: it must exist
+        paths.existing_dir(paths.store_dir(config, store_dir), "expert store", paths.STORE_HINT)
     trunk = load_trunk(
         paths.trunk_dir(config, trunk_dir), dtype=getattr(torch, section.trunk_dtype)
     )
-    store = ExpertStore(
-        store_path,
+    store = expert_store.open_configured_store(
+        config,
+        "serve",
         trunk.fingerprint,
+        store_dir,
         lru_budget_bytes=section.lru_budget_mb << 20,
         create=False,  # the server only reads: until the trainer writes it, it looks empty
-        **section.store_options(),
     )
     gate = Gate(section.gate_top_k, section.gate_temperature)
     return ExpertServer(
@@ -93,7 +92,6 @@ def trainer_from_config(
     """
     import torch
 
-    from experts.store import ExpertStore
     from experts.trunk import load_trunk
     from topology.config import ConfigError
     from trainer.expert_setup import resolve_device
@@ -114,8 +112,8 @@ def trainer_from_config(
         trunk = load_mapped_trunk(trunk_path)
     else:
         trunk = load_trunk(trunk_path, dtype=dtype, device=str(resolved))
-    store_path = paths.store_dir(config, store_dir)
-    store = ExpertStore(store_path, trunk.fingerprint, **config.experts.store_options())
+    store_path = expert_store.local_dir(config, "trainer", store_dir)
+    store = expert_store.open_configured_store(config, "trainer", trunk.fingerprint, store_dir)
     return TrainerParts(
         section, trunk, store, trunk_path, store_path, paths.jobs_dir(config, jobs_dir)
     )
@@ -150,7 +148,6 @@ def build_monitor(
         import torch
 
         from experts.likelihood_routing import likelihood_router
-        from experts.store import ExpertStore
         from experts.trunk import load_trunk
         from monitor.baseline import DenseBaseline
         from monitor.evaluator import Evaluator
@@ -159,18 +156,18 @@ def build_monitor(
         from router.gate import Gate
         from trainer.recipes.dense import DenseConfig
 
-        store_path = paths.store_dir(config, store_dir)
-        if store_dir:  # named on the command line: it must exist
-            paths.existing_dir(store_path, "expert store", paths.STORE_HINT)
+        if store_dir and not config.experts.store_url:  # named on the command line: must exist
+            paths.existing_dir(paths.store_dir(config, store_dir), "expert store", paths.STORE_HINT)
         trunk_path = paths.trunk_dir(config, trunk_dir)
         trunk = load_trunk(trunk_path, dtype=getattr(torch, config.experts.trunk_dtype))
         fingerprint = trunk.fingerprint
-        store = ExpertStore(
-            store_path,
+        store = expert_store.open_configured_store(
+            config,
+            "monitor",
             fingerprint,
-            config.experts.lru_budget_mb << 20,
+            store_dir,
+            lru_budget_bytes=config.experts.lru_budget_mb << 20,
             create=False,  # the monitor only reads the store
-            **config.experts.store_options(),
         )
         e = config.experts
         router = GateRouter(

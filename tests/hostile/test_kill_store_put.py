@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import os, sys
-import experts.store as store_module
+import experts.store_files as store_module  # the directory backend writes the files
 from experts.store import ExpertStore, WEIGHTS
 from tests.hostile.test_store_housekeeping import FP, _expert
 

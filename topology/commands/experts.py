@@ -50,14 +50,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _store(args: argparse.Namespace, fingerprint: str | None = None, quarantine: bool = False):
     """The store the arguments name; it must exist (a listing creates nothing)."""
-    from experts.store import ExpertStore
     from topology.config import load_config
+    from topology.expert_store import open_configured_store
     from topology.paths import STORE_HINT, existing_dir, store_dir
 
     config = load_config(args.config)
-    root = existing_dir(store_dir(config, args.store), "expert store", STORE_HINT)
-    return ExpertStore(
-        root, fingerprint, quarantine=quarantine, create=False, **config.experts.store_options()
+    if not config.experts.store_url:
+        existing_dir(store_dir(config, args.store), "expert store", STORE_HINT)
+    return open_configured_store(
+        config, "experts", fingerprint, args.store, quarantine=quarantine, create=False
     )
 
 
@@ -107,7 +108,7 @@ def run_list(args: argparse.Namespace) -> int:
             f"{row['expert_id']:<28} {row['domain_id']:<20} {name:<24} {row['num_params']:>10}  "
             f"{parent:<20} {row['sha256'][:16]}"
         )
-    print(f"# {len(rows)} experts in {store.root}")
+    print(f"# {len(rows)} experts in {store.where}")
     return 0
 
 
@@ -140,5 +141,5 @@ def run_quarantined(args: argparse.Namespace) -> int:
     for entry in entries:
         print(json.dumps(entry, sort_keys=True))
     if not entries:  # on stderr: stdout stays JSON lines
-        print(f"nothing quarantined in {store.root}", file=sys.stderr)
+        print(f"nothing quarantined in {store.where}", file=sys.stderr)
     return 0
