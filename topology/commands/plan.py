@@ -22,6 +22,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--trunk", default="bundled", help="model dir, config.json or name")
     parser.add_argument(
+        "--reversible",
+        action="store_true",
+        help="plan the trunk's reversible variant (GPT-2 layout; a worx_reversible "
+        "directory is one already): dense activations held flat in depth",
+    )
+    parser.add_argument(
         "--expert-kind",
         default=None,
         help="adapter, vocab or vocab_adapter (default: the trainer's)",
@@ -124,6 +130,8 @@ def build(args: argparse.Namespace):
 
     try:
         trunk = TrunkShape.resolve(args.trunk)
+        if args.reversible:
+            trunk = dataclasses.replace(trunk, reversible=True)
     except ShapeError as exc:
         raise _BadArgument(f"--trunk: {exc}") from None
     gpus = _int(args, "gpus", 0)

@@ -152,6 +152,12 @@ def dense_step(
     total = trunk.params if params is None else params
     layer = _layer_floats(trunk, trainable=True, fused_mlp=False)
     saved = n * act_bytes * (trunk.layers * layer + 2 * d + 1)
+    recompute = 0
+    if trunk.reversible:
+        # the stack keeps only its two output streams; backward reconstructs each block's
+        # inputs and recomputes that one block (measured: 27.1 d of the 12 d + 4 f here)
+        saved = n * act_bytes * (2 * d + 2 * d + 1)
+        recompute = n * act_bytes * layer
     # at the loss's backward: the saved log-softmax output, its gradient and the logits'
     # gradient, (N, V) float32 each
     loss = 3 * n * v * 4
@@ -166,7 +172,7 @@ def dense_step(
         step_work=step_work,
         saved=saved,
         saved_without_checkpointing=saved,
-        recompute=0,
+        recompute=recompute,
         backward_work=n * act_bytes * (3 * d + 2 * f),
         loss=loss,
         loss_unchunked=loss,

@@ -125,7 +125,7 @@ WORKING = {
     "gradients (fp32)",
     "optimizer step temporaries (transient)",
     "saved activations",
-    "recomputed block (checkpointing, transient)",
+    "recomputed block (checkpointing or reversible, transient)",
     "backward temporaries (transient)",
     "loss buffers (transient)",
 }
@@ -136,7 +136,9 @@ def _step_components(step: StepBytes, where: str, trained: str = "") -> list[Com
         Component("gradients (fp32)", step.grads, where),
         Component("optimizer step temporaries (transient)", step.step_work, where),
         Component("saved activations", step.saved, where),
-        Component("recomputed block (checkpointing, transient)", step.recompute, where),
+        Component(
+            "recomputed block (checkpointing or reversible, transient)", step.recompute, where
+        ),
         Component("backward temporaries (transient)", step.backward_work, where),
         Component("loss buffers (transient)", step.loss, where),
     ]

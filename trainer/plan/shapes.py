@@ -85,6 +85,9 @@ class TrunkShape:
     positions: int = 0  # learnt position embeddings (GPT-2); 0: rotary (Llama)
     stored_dtype: str = "float32"  # dtype of the weights on disk
     name: str = ""  # where the shape came from
+    # two residual streams, inputs reconstructed in backward (experts/reversible.py): GPT-2
+    # weights, activations held flat in depth when the blocks train
+    reversible: bool = False
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -94,6 +97,8 @@ class TrunkShape:
                 raise ShapeError(f"trunk {field} must be >= 1, got {getattr(self, field)}")
         if self.hidden % self.heads:
             raise ShapeError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.reversible and self.family != "gpt2":
+            raise ShapeError("a reversible trunk has the GPT-2 layout (family gpt2)")
         if self.stored_dtype not in _DTYPE_BYTES:
             raise ShapeError(
                 f"stored dtype {self.stored_dtype!r} is not one of {list(_DTYPE_BYTES)}"
@@ -166,7 +171,7 @@ class TrunkShape:
                     stored_dtype=dtype,
                     name=name,
                 )
-            if kind == "gpt2":
+            if kind in ("gpt2", "worx_reversible"):
                 d = int(config["n_embd"])
                 return cls(
                     family="gpt2",
@@ -180,11 +185,13 @@ class TrunkShape:
                     positions=int(config["n_positions"]),
                     stored_dtype=dtype,
                     name=name,
+                    reversible=kind == "worx_reversible",
                 )
         except (KeyError, TypeError, ValueError) as exc:
             raise ShapeError(f"config {name or '(given)'} lacks a usable field: {exc}") from exc
         raise ShapeError(
-            f"model_type {kind!r} in {name or 'the config'} is not a Llama or GPT-2 layout"
+            f"model_type {kind!r} in {name or 'the config'} is not a Llama or GPT-2 layout "
+            "(or our reversible one, worx_reversible)"
         )
 
     @classmethod
@@ -237,6 +244,7 @@ class TrunkShape:
             "tied": self.tied,
             "positions": self.positions,
             "stored_dtype": self.stored_dtype,
+            "reversible": self.reversible,
             "params": self.params,
         }
 
