@@ -25,6 +25,7 @@ it resumes the job when restarted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -148,6 +149,7 @@ class JobRunner:
         try:
             docs = self.fetch(job)
             parent, parent_id = self._parent(job)
+            candidates = self._candidates() if parent is None else None
             result = train_expert(
                 self.trunk,
                 docs.train,
@@ -155,7 +157,9 @@ class JobRunner:
                 self.config,
                 job_dir=job_dir,
                 parent=parent,
-                candidates=self._candidates() if parent is None else None,
+                candidates=candidates,
+                parent_id=parent_id,
+                own_ppl=self._own_ppl([parent_id] if parent_id else list(candidates or {})),
                 on_event=lambda state, fields: self._progress(job, state, fields),
                 stop=stop,
             )
@@ -257,6 +261,14 @@ class JobRunner:
                 out[manifest.expert_id] = self.store.get(manifest.expert_id)
             except ExpertRefused as exc:
                 log.warning("expert %s is not a start candidate: %s", manifest.expert_id, exc)
+        return out
+
+    def _own_ppl(self, expert_ids: list[str]) -> dict[str, float]:
+        """Each expert's held-out ppl on its own documents at registration (growth rule)."""
+        out = {}
+        for expert_id in expert_ids:
+            with contextlib.suppress(ExpertRefused, KeyError, TypeError, ValueError):
+                out[expert_id] = float(self.store.manifest(expert_id).summary["heldout_ppl_after"])
         return out
 
     def _parent(self, job: TrainJob) -> tuple[Expert | None, str | None]:
