@@ -28,6 +28,13 @@ class TrainerConfig:
     start_candidates: int = 8  # a new domain's expert may start as a copy of the best of the
     # newest N stored experts on its held-out documents (DEMix); 0: always from zero
     candidate_eval_rows: int = 16  # held-out rows the candidates are compared on (0: all)
+    # growth of a start from an existing expert (experts/growth.py, docs/trainer.md "Growth"):
+    grow_to_configured: bool = True  # a branch/DEMix start takes the configured expert shape
+    # where that is larger (function-preserving); False: it keeps its parent's shape
+    growth_fit_ratio: float = 2.0  # grow the parent further when its held-out ppl on the job's
+    # documents is >= this multiple of its own at registration (the data outgrew it); 0: off
+    growth_rank_factor: int = 2  # ... by this factor on every rank (adapter, output, token)
+    growth_max_rank: int = 512  # ... up to this rank
     seed: int = 0  # data order and initialisation
     eval_every: int = 20  # steps between held-out evaluations (early stopping)
     patience: int = 3  # evaluations without improvement before stopping early
@@ -112,5 +119,10 @@ class TrainerConfig:
             raise ValueError("trainer.start_candidates must be >= 0")
         if self.candidate_eval_rows < 0:
             raise ValueError("trainer.candidate_eval_rows must be >= 0 (0: every held-out row)")
+        if self.growth_fit_ratio < 0 or self.growth_rank_factor < 1 or self.growth_max_rank < 1:
+            raise ValueError(
+                "trainer.growth_fit_ratio must be >= 0 (0: off), growth_rank_factor and "
+                "growth_max_rank >= 1"
+            )
         if any(layer < 0 for layer in self.expert_layers):
             raise ValueError("trainer.expert_layers must be non-negative layer indices")

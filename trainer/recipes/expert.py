@@ -33,7 +33,8 @@ from typing import Any
 
 import torch
 
-from experts.expert import Expert
+from experts.expert import Expert, ExpertConfig
+from experts.growth import check_growable, grow, growth_record, scaled_config, union_config
 from experts.mixture import Mixture
 from experts.trunk import Trunk
 from trainer.act_ckpt import checkpointed_blocks
@@ -117,6 +118,9 @@ class ExpertRecipe:
     config : the recipe's settings.
     job_dir : where checkpoints go (and are resumed from); None: no checkpoints.
     parent : the expert to branch from (copied, never modified); None: zero-initialised.
+    candidates : with no parent, the experts a DEMix start may copy.
+    parent_id, own_ppl : the parent's id and each known expert's held-out ppl on its own
+        documents at registration (the growth rule's reference; absent: the rule is off).
     on_event : called with ("started" | "step", fields) for progress events.
     stop : when set, training checkpoints and raises :class:`TrainingInterrupted`.
     """
@@ -129,6 +133,8 @@ class ExpertRecipe:
         job_dir: Path | None = None,
         parent: Expert | None = None,
         candidates: Mapping[str, Expert] | None = None,
+        parent_id: str | None = None,
+        own_ppl: Mapping[str, float] | None = None,
         on_event: EventFn | None = None,
         stop: threading.Event | None = None,
     ) -> None:
@@ -137,6 +143,9 @@ class ExpertRecipe:
         self.job_dir = job_dir
         self.parent = parent
         self.candidates = dict(candidates or {})
+        self.parent_id = parent_id
+        self.own_ppl = dict(own_ppl or {})  # expert id -> its held-out ppl at registration
+        self.growth: dict[str, Any] | None = None  # how the start grew (experts/growth.py)
         self.started_from: str | None = None  # the candidate the expert starts as a copy of
         self.candidate_ppl: dict[str, float] = {}
         self.candidate_trunk_ppl: float | None = None  # the trunk alone, when candidates ran
@@ -201,14 +210,21 @@ class ExpertRecipe:
         torch.manual_seed(cfg.seed)
         mlps = [self.trunk.mlp(layer) for layer in range(self.trunk.num_layers)]
         self._exit.enter_context(frozen_mlp_kernels(mlps, cfg.fused_frozen_mlp))
+        self.head = output_layer(self.trunk.model)
         if self.parent is None and self.candidates:
             self._start_from_best_candidate()
+        configured = expert_config_for(self.trunk, cfg)
+        configured.validate(self.trunk.num_layers)
         if self.parent is not None:
-            self.expert = Expert.branch(self.parent)
+            self.growth = self._growth_plan(configured)
+            target = ExpertConfig.from_dict(self.growth["to"]) if self.growth else None
+            # grown or not, step 0 computes exactly the parent's function
+            if target is None:
+                self.expert = Expert.branch(self.parent)
+            else:
+                self.expert = grow(self.parent, target)
         else:
-            expert_config = expert_config_for(self.trunk, cfg)
-            expert_config.validate(self.trunk.num_layers)
-            self.expert = Expert(expert_config, self.trunk.hidden_size)
+            self.expert = Expert(configured, self.trunk.hidden_size)
         self.expert.to(self.device).train()
         self.expert.requires_grad_(True)
         self.mixture = Mixture(self.trunk, {TRAINING_ID: self.expert})
@@ -249,6 +265,7 @@ class ExpertRecipe:
             "expert_config": self.expert.config.to_dict(),
             "branched": self.parent is not None,
             "started_from_expert_id": self.started_from,
+            "growth": self.growth,
             "start_candidates_ppl": {k: round(v, 4) for k, v in self.candidate_ppl.items()},
             "savers": {
                 "optimizer": cfg.optimizer,
@@ -306,6 +323,49 @@ class ExpertRecipe:
                 self.candidate_ppl[best],
                 trunk_ppl,
             )
+
+    @torch.no_grad()
+    def _growth_plan(self, configured: ExpertConfig) -> dict[str, Any] | None:
+        """How a start from ``self.parent`` grows (None: it keeps the parent's shape).
+
+        It takes the configured shape where that is larger (``grow_to_configured``), and
+        its ranks grow by ``growth_rank_factor`` when the parent explains the job's held-out
+        documents ``growth_fit_ratio`` times worse than its own at registration.
+        """
+        cfg, parent = self.config, self.parent.config
+        target, reasons = parent, []
+        fit = self._parent_fit_ratio()
+        if cfg.growth_fit_ratio and fit is not None and fit >= cfg.growth_fit_ratio:
+            target = scaled_config(parent, cfg.growth_rank_factor, cfg.growth_max_rank)
+            reasons.append("outgrown")
+        if cfg.grow_to_configured:
+            target = union_config(target, configured)
+            if union_config(parent, configured) != parent:
+                reasons.append("configured_shape")
+        if target == parent:
+            return None
+        check_growable(parent, target)
+        return {
+            "reasons": reasons,
+            "parent_fit_ratio": None if fit is None else round(fit, 4),
+            "from": parent.to_dict(),
+            "to": target.to_dict(),
+            "changed": growth_record(parent, target),
+            "params_before": self.parent.num_params(),
+        }
+
+    def _parent_fit_ratio(self) -> float | None:
+        """The parent's held-out ppl on the job's documents over its own at registration."""
+        own = self.own_ppl.get(self.parent_id or self.started_from or "")
+        if not own or not self.config.growth_fit_ratio:
+            return None
+        if self.started_from is not None:
+            here = self.candidate_ppl[self.started_from]
+        else:
+            copy = Expert.branch(self.parent).requires_grad_(False).to(self.device)
+            rows = self.config.candidate_eval_rows or len(self.held_ids)
+            here = self._perplexity(Mixture(self.trunk, {"parent": copy}), {"parent": 1.0}, rows)
+        return here / own
 
     def _resume(self) -> bool:
         if self.job_dir is None:
@@ -565,13 +625,16 @@ def train_expert(
     job_dir: Path | None = None,
     parent: Expert | None = None,
     candidates: Mapping[str, Expert] | None = None,
+    parent_id: str | None = None,
+    own_ppl: Mapping[str, float] | None = None,
     on_event: EventFn | None = None,
     stop: threading.Event | None = None,
 ) -> TrainResult:
     """Run the whole recipe once (setup -> train -> save -> cleanup) and return its result.
 
     ``parent``: branch from it. ``candidates``: with no parent, start as a copy of the one
-    that fits the held-out documents best, if it beats the trunk (DEMix).
+    that fits the held-out documents best, if it beats the trunk (DEMix). Either start may
+    grow (:meth:`ExpertRecipe._growth_plan`; ``own_ppl`` by expert id, ``parent_id``).
     """
     recipe = ExpertRecipe(
         trunk,
@@ -579,6 +642,8 @@ def train_expert(
         job_dir=job_dir,
         parent=parent,
         candidates=candidates,
+        parent_id=parent_id,
+        own_ppl=own_ppl,
         on_event=on_event,
         stop=stop,
     )
