@@ -526,6 +526,22 @@ class ExpertStore:
             raise _Damaged(reason, str(exc)) from exc
         return expert, size
 
+    def weights_path(self, expert_id: str) -> Path:
+        """The local file holding ``expert_id``'s weights, unverified (:meth:`get` verifies):
+        the store's own, or a bucket's local copy, fetched first if there is none.
+
+        Raises UnsafeIdError for an id that could name a path outside the store, and
+        ExpertRefused (a bucket's entry only) as :meth:`manifest` does.
+        """
+        validate_id(expert_id, kind="expert_id")
+        if not self.backend.caches:
+            return self.root / expert_id / WEIGHTS
+        size = self.manifest(expert_id).size_bytes
+        try:
+            return self.backend.weights_file(expert_id, size, refresh=False)[0]
+        except FileNotFoundError:
+            return self.root / expert_id / WEIGHTS  # the caller finds it missing
+
     def cache_info(self) -> dict[str, int]:
         with self._lock:
             return {
