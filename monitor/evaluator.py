@@ -30,7 +30,7 @@ from monitor.metrics import routing_change, summarise
 from monitor.records import EvalRow
 from monitor.routing import experts_from_history
 from monitor.scoring import score_texts
-from monitor.weights import WeightWatch, expert_weight_file, hash_module, hash_safetensors
+from monitor.weights import WeightWatch, hash_module, hash_safetensors
 from router.gate import DomainExperts
 from worx.checks import check_id
 from worx.records import RecordError
@@ -112,7 +112,7 @@ class Evaluator:
     trunk
         ``experts.trunk.Trunk`` (frozen).
     store
-        ``experts.store.ExpertStore``: ``get(expert_id) -> Expert``, ``root``.
+        ``experts.store.ExpertStore``: ``get(expert_id) -> Expert``, ``weights_path``.
     heldout, history
         Held-out sets and the history file (both on disk).
     router
@@ -263,7 +263,7 @@ class Evaluator:
         problems: list[str] = []
         for eid in expert_ids:
             try:  # first the bytes on disk, before a refusal moves the entry aside
-                path = expert_weight_file(self.store.root, eid)
+                path = self.store.weights_path(eid)
                 current.update(hash_safetensors(f"file/{eid}", path))
             except Exception as exc:
                 problems.append(f"file/{eid}: unreadable ({type(exc).__name__}: {exc})")
