@@ -48,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after seconds")
     parser.add_argument("--no-serve", action="store_true", help="do not start `worx serve`")
     parser.add_argument(
+        "--store-url",
+        help="keep the experts in this S3-compatible bucket (s3://bucket/prefix; credentials "
+        "and endpoint from AWS_* variables) instead of the run directory: the trainer, serve "
+        "and monitor then share only the broker and the bucket (each its own local cache)",
+    )
+    parser.add_argument(
         "--keep-serving",
         action="store_true",
         help="after the run, serve it (worx serve --run) and its dashboard until Ctrl-C, on "
@@ -75,6 +81,14 @@ def run(args: argparse.Namespace) -> int:
     check_trunk_dir(trunk)  # a wrong --trunk: one line now, not every stage crashing
     run_dir = (Path(args.out) / time.strftime("run-%Y%m%d-%H%M%S")).resolve()
     stage_env = {k: v for k, v in DEMO_STAGE_DEFAULTS.items() if k not in os.environ}
+    if args.store_url:  # the bucket checked now: one line, not every stage failing
+        from experts.object_store import ObjectStoreError, S3Backend
+
+        try:
+            S3Backend(args.store_url, cache_dir=run_dir)
+        except (ValueError, ObjectStoreError) as exc:
+            raise UserError(str(exc), "pass --store-url s3://bucket/prefix of a bucket") from exc
+        stage_env["WORX_EXPERTS__STORE_URL"] = args.store_url
     plan = DemoPlan(run_dir=run_dir, trunk_dir=trunk.resolve(), stage_env=stage_env)
     # the stages' store: the configured one, else <run_dir>/experts (WORX_DATA_DIR=run_dir)
     plan.store_dir = paths.store_dir(dataclasses.replace(config, data_dir=str(run_dir)))
