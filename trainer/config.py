@@ -35,6 +35,7 @@ class TrainerConfig:
     # documents is >= this multiple of its own at registration (the data outgrew it); 0: off
     growth_rank_factor: int = 2  # ... by this factor on every rank (adapter, output, token)
     growth_max_rank: int = 512  # ... up to this rank
+    growth_all_layers: bool = True  # ... and with an adapter in every block of the trunk
     seed: int = 0  # data order and initialisation
     eval_every: int = 20  # steps between held-out evaluations (early stopping)
     patience: int = 3  # evaluations without improvement before stopping early

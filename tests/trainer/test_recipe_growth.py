@@ -69,9 +69,12 @@ def test_the_growth_rule_fires_when_the_data_outgrew_the_parent(trunk, parent) -
     assert growth["reasons"] == ["outgrown"] and growth["parent_fit_ratio"] > 2.0
     config = outgrown.expert.config
     assert (config.rank, config.output_rank, config.token_rank) == (32, 32, 32)
-    assert config.layers == parent.config.layers
+    assert config.layers == (0, 1, 2)  # growth_all_layers: an adapter in every block
     same = _run(trunk, parent, own=1.0, growth_fit_ratio=0.0)
     assert _step0(outgrown) == _step0(same)
+    ranks_only = _run(trunk, parent, own=1.0, growth_all_layers=False)
+    assert ranks_only.expert.config.layers == parent.config.layers
+    assert ranks_only.expert.config.rank == 32
 
 
 def test_the_growth_rule_does_not_fire_on_data_the_parent_still_fits(trunk, parent) -> None:

@@ -21,6 +21,7 @@ cleanup, as torchtune's recipes are; what it is built from lives in trainer/expe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import statistics
@@ -329,14 +330,17 @@ class ExpertRecipe:
         """How a start from ``self.parent`` grows (None: it keeps the parent's shape).
 
         It takes the configured shape where that is larger (``grow_to_configured``), and
-        its ranks grow by ``growth_rank_factor`` when the parent explains the job's held-out
-        documents ``growth_fit_ratio`` times worse than its own at registration.
+        its ranks grow by ``growth_rank_factor`` (and it gets an adapter in every block with
+        ``growth_all_layers``) when the parent explains the job's held-out documents
+        ``growth_fit_ratio`` times worse than its own at registration.
         """
         cfg, parent = self.config, self.parent.config
         target, reasons = parent, []
         fit = self._parent_fit_ratio()
         if cfg.growth_fit_ratio and fit is not None and fit >= cfg.growth_fit_ratio:
             target = scaled_config(parent, cfg.growth_rank_factor, cfg.growth_max_rank)
+            if cfg.growth_all_layers and parent.layers:
+                target = dataclasses.replace(target, layers=tuple(range(self.trunk.num_layers)))
             reasons.append("outgrown")
         if cfg.grow_to_configured:
             target = union_config(target, configured)
