@@ -208,8 +208,30 @@ class JobRunner:
                 job_id=job.job_id,
             )
         except ExpertRefused as exc:
+            won = self._stored_by_another_worker(job, expert_id, exc)
+            if won is not None:  # announced again: same id and sha256, a no-op downstream
+                return self._register(job, job_dir, won, dict(won.summary))
             return self._fail(job, f"store_{exc.reason}", str(exc), job_dir)
         return self._register(job, job_dir, manifest, summary)
+
+    def _stored_by_another_worker(self, job: TrainJob, expert_id: str, exc: ExpertRefused):
+        """The manifest, if a parallel trainer stored this job's expert while this one
+        trained it (a partition moved mid-job): the job is done, whoever won the write."""
+        if exc.reason != "duplicate_id":
+            return None
+        deadline = time.monotonic() + 30.0  # the other writer's manifest follows its weights
+        while True:
+            try:
+                manifest = self.store.manifest(expert_id)
+                break
+            except ExpertRefused as refused:
+                if refused.reason != "missing" or time.monotonic() > deadline:
+                    return None
+                time.sleep(0.5)
+        if manifest.job_id != job.job_id:
+            return None
+        log.warning("job %s: its expert was stored by another worker first", job.job_id)
+        return manifest
 
     def _register(
         self, job: TrainJob, job_dir: Path, manifest: Any, summary: dict[str, Any]
