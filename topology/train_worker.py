@@ -117,7 +117,11 @@ class TrainWorker:
                 "enable.auto.commit": False,
             },
         )
-        consumer.subscribe([self.topics.train])
+        consumer.subscribe(
+            [self.topics.train],
+            on_assign=_log_partitions("assigned"),
+            on_revoke=_log_partitions("revoked"),
+        )
         last = time.monotonic()
         handled = 0
         try:
@@ -141,3 +145,13 @@ class TrainWorker:
         finally:
             self.publisher.close()
             consumer.close()
+
+
+def _log_partitions(what: str):
+    """A rebalance callback that says which ``worx.train`` partitions this worker now owns
+    (several trainers in one group split the partitions; see docs/deployment.md)."""
+
+    def log_them(consumer: Any, partitions: list[TopicPartition]) -> None:
+        log.info("%s partitions %s", what, sorted(p.partition for p in partitions))
+
+    return log_them
