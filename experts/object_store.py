@@ -299,8 +299,9 @@ class S3Backend:
         entries = self._quarantine_entries()
         if not entries or (max_age_s <= 0 and (keep <= 0 or len(entries) <= keep)):
             return
+        # when each entry was moved: its newest object (reason.json is written last)
         stamps = {
-            e: float(self._reason(e, items).get("quarantined_ms", 0))
+            e: max(i["LastModified"].timestamp() for i in items) * 1000
             for e, items in entries.items()
         }
         stamped = sorted(((stamp, e) for e, stamp in stamps.items()), reverse=True)

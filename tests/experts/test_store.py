@@ -267,6 +267,17 @@ def test_damaged_entries_are_refused_with_reason_and_quarantined(
     assert store.get("good") is not None  # the rest of the store keeps working
 
 
+def test_the_quarantine_keeps_its_newest_entries(layout) -> None:
+    store = layout.open(quarantine_keep=1)
+    for name in ("a", "b"):
+        store.put(name, _expert(1), "d", CENTROID)
+    for name in ("a", "b"):
+        layout.write(name, WEIGHTS, b"not these bytes")
+        assert _refused(store, name).reason == "truncated"
+    assert [q["expert_id"] for q in store.quarantined()] == ["b"]
+    assert layout.open().quarantined() == store.quarantined()
+
+
 def test_wrong_trunk_is_refused_and_left_in_place(layout) -> None:
     layout.open("e" * 64).put("elsewhere", _expert(1), "d", CENTROID)
     store = layout.open()
