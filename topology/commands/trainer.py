@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--store",
         help="expert store directory (default: experts.store_dir, else trainer.store_dir, "
-        "else <data_dir>/experts: where serve and monitor read)",
+        "else <data_dir>/experts: where serve and monitor read); with experts.store_url "
+        "set, this command's local cache of that bucket",
     )
     parser.add_argument(
         "--jobs-dir", help="job checkpoints (default: trainer.jobs_dir or <data_dir>/trainer/jobs)"
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             "trainer ready: trunk %s (%s), store %s, jobs %s",
             parts.trunk_dir,
             parts.trunk.fingerprint[:12],
-            parts.store_dir,
+            parts.store.where,
             parts.jobs_dir,
         )
         try:
