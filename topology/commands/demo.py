@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         except (ValueError, ObjectStoreError) as exc:
             raise UserError(str(exc), "pass --store-url s3://bucket/prefix of a bucket") from exc
         stage_env["WORX_EXPERTS__STORE_URL"] = args.store_url
+        os.environ["WORX_EXPERTS__STORE_URL"] = args.store_url  # --keep-serving's servers too
     plan = DemoPlan(run_dir=run_dir, trunk_dir=trunk.resolve(), stage_env=stage_env)
     # the stages' store: the configured one, else <run_dir>/experts (WORX_DATA_DIR=run_dir)
     plan.store_dir = paths.store_dir(dataclasses.replace(config, data_dir=str(run_dir)))
