@@ -116,7 +116,9 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the record; a non-finite float is None (JSON has no NaN)."""
-        body = dataclasses.asdict(self)
+        body = {name: getattr(self, name) for name in _fields(type(self))}
+        if not all(type(value) in _SCALARS for value in body.values()):
+            body = dataclasses.asdict(self)  # copies of nested lists, dicts and records
         if _has_non_finite(body):
             body = _finite_or_none(body)
         body["schema_version"] = self.SCHEMA_VERSION
@@ -214,6 +216,9 @@ class Record:
         record = cls(**values)
         record.check()
         return record
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # immutable: asdict would not copy
 
 
 @functools.cache
