@@ -46,15 +46,19 @@ import logging
 
 import numpy as np
 
+from router.embed_hashing import embed_batch
 from router.embedding import config_fingerprint, embed_in_batches
 from router.features import SHAPE_NGRAMS, feature_blocks, normalise_text, shape_hashes
 from router.idf import IdfTable, load_default_table
 
 log = logging.getLogger(__name__)
 
-# Texts per call of the batching loop; the hashed embedding is per text, so it changes
-# nothing but how often the loop calls back.
+# Texts per call of router.embed_hashing.embed_batch: the vectors do not depend on it; 32-64
+# was the fastest here (fewer texts: more calls; more: arrays that leave the CPU caches).
 _BATCH = 64
+# Below this many texts the per-call cost of the batch path outweighs what it saves: one
+# text (RouteStage.process) goes through embed_one, which gives the same vector
+_FEWEST_FOR_BATCH = 3
 
 
 class HashedTfidfEmbedder:
@@ -83,6 +87,10 @@ class HashedTfidfEmbedder:
     idf : IdfTable or None
         Fixed IDF weights; ``None`` loads the bundled table; :meth:`IdfTable.empty` turns
         IDF off (every feature weight 1).
+    legacy : bool
+        Embed text by text with :meth:`embed_one` (the code path before
+        :mod:`router.embed_hashing`, ~3x the CPU per text; the same vectors bit for bit);
+        kept so that ``bench/stream.py`` can measure both in one run.
     """
 
     VERSION = 3  # bump when the algorithm changes: it is part of the fingerprint
@@ -97,6 +105,7 @@ class HashedTfidfEmbedder:
         idf: IdfTable | None = None,
         shape_weight: float = 0.0,
         shape_ngrams: tuple[int, ...] = SHAPE_NGRAMS,
+        legacy: bool = False,
     ) -> None:
         if dim < 8:
             raise ValueError(f"dim must be >= 8, got {dim}")
@@ -111,6 +120,7 @@ class HashedTfidfEmbedder:
         self.shape_weight = float(shape_weight)
         self.shape_ngrams = tuple(int(n) for n in shape_ngrams)
         self.idf = idf if idf is not None else load_default_table()
+        self.legacy = bool(legacy)
         if tuple(self.idf.char_ngrams) and tuple(self.idf.char_ngrams) != self.char_ngrams:
             log.warning(
                 "IDF table was fitted for n-grams %s, embedding uses %s: orders without "
@@ -145,6 +155,8 @@ class HashedTfidfEmbedder:
         return embed_in_batches(texts, self.dim, _BATCH, self._embed_batch)
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        if not self.legacy and len(texts) >= _FEWEST_FOR_BATCH:
+            return embed_batch(self, texts)  # (b, dim)
         return np.stack([self.embed_one(text) for text in texts])  # (b, dim)
 
     def embed_one(self, text: str) -> np.ndarray:

@@ -17,12 +17,19 @@ Example
 ...                        Doc(doc_id="d1", text="hello world"))
 >>> emit.topic, emit.record.domain_id, emit.record.docs_offset
 ('routed', None, 7)
+>>> [[again]] = stage.process_batch([Message(b"", topic="worx.docs", partition=0, offset=7)],
+...                                 [Doc(doc_id="d1", text="hello world")])
+>>> again.record == emit.record
+True
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, ClassVar
+
+import numpy as np
 
 from ingest.records import Doc
 from router.config import RouterConfig
@@ -55,10 +62,37 @@ class RouteStage:
         if not isinstance(record, Doc):
             raise TypeError(f"route expects a Doc, got {type(record).__name__}")
         vector = self.embedder.embed([record.text])[0]  # (dim,)
-        domain_id, similarity, uncertain, version = self.table.decide(vector)
+        emits, novel = self._decide(message, record, vector)
         self.routed += 1
-        novel = domain_id is None
         self.novel += novel
+        return emits
+
+    def process_batch(
+        self, messages: Sequence[Message], records: Sequence[Record | None]
+    ) -> list[list[Emit]]:
+        """:meth:`process` of each ``(message, record)`` pair, the texts embedded in one
+        call (the same vectors as one by one; a runtime that consumes batches calls this).
+
+        All or nothing: if it raises (a record is not a Doc, a text cannot be embedded),
+        nothing was counted, and the caller can run :meth:`process` on each pair to find
+        the bad one.
+        """
+        if len(messages) != len(records):
+            raise ValueError(f"{len(messages)} messages but {len(records)} records")
+        for record in records:
+            if not isinstance(record, Doc):
+                raise TypeError(f"route expects a Doc, got {type(record).__name__}")
+        docs: list[Doc] = list(records)  # type: ignore[arg-type]
+        vectors = self.embedder.embed([doc.text for doc in docs])  # (N, dim)
+        decided = [self._decide(m, d, v) for m, d, v in zip(messages, docs, vectors, strict=True)]
+        self.routed += len(decided)
+        self.novel += sum(novel for _, novel in decided)
+        return [emits for emits, _ in decided]
+
+    def _decide(self, message: Message, record: Doc, vector: np.ndarray) -> tuple[list[Emit], bool]:
+        """The routing decision for one embedded document, and whether it is novel."""
+        domain_id, similarity, uncertain, version = self.table.decide(vector)
+        novel = domain_id is None
         routed = RoutedDoc(
             doc_id=record.doc_id,
             domain_id=domain_id,
@@ -72,7 +106,7 @@ class RouteStage:
             uncertain=uncertain and not novel,
             doc_created_ms=record.created_ms or message.timestamp_ms,
         )
-        return [Emit("routed", record.doc_id, routed)]
+        return [Emit("routed", record.doc_id, routed)], novel
 
     def snapshot(self) -> dict[str, Any]:
         return {}  # the table is rebuilt from worx.domains; nothing else is kept
