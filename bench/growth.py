@@ -19,7 +19,8 @@ held-out loss after the same steps with the same data (target within 2%).
 (a) comes from ``bench/growth_experts.py`` (``expert_growth_figures``) when that file
 exists, merged under ``"experts"``.
 
-No figure here depends on time or load, so the bench needs no lock. Usage::
+No figure of parts (b) and (c) depends on time or load; part (a) reports training seconds,
+so run the whole bench under ``flock /tmp/worx-bench.lock``. Usage::
 
     python bench/growth.py            # ~8 minutes on 2 idle cores
     python bench/growth.py --quick    # smoke run, ~2 minutes
@@ -188,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-experts", action="store_true", help="skip part (a)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    default_threads = torch.get_num_threads()
     torch.set_num_threads(COMMON["threads"])
     phase_steps, steps = (15, 10) if args.quick else (150, 80)
     with tempfile.TemporaryDirectory(prefix="worx-bench-growth-") as tmp:
@@ -195,8 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         figures: dict[str, Any] = {"bench": "growth", "quick": args.quick}
         figures.update(growth_vs_scratch(root, phase_steps))
         figures.update(reversible_vs_standard(root, steps))
+    torch.set_num_threads(default_threads)  # part (a) runs as its own script would
     experts = None if args.no_experts else expert_figures(args.quick)
-    figures["experts"] = experts if experts is not None else "bench/growth_experts.py not present"
+    if args.no_experts:
+        figures["experts"] = "skipped (--no-experts)"
+    else:
+        figures["experts"] = experts if experts is not None else "bench/growth_experts.py absent"
     figures["note"] = (
         "losses and activation bytes do not depend on load (saved-tensor hooks, seeded "
         "runs); float32 on the CPU"
