@@ -31,6 +31,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,12 +176,17 @@ class S3Backend:
         return self._read(self._key(name, MANIFEST), limit)
 
     def _read(self, key: str, limit: int) -> bytes:
+        return b"".join(self._chunks(key, limit))
+
+    def _chunks(self, key: str, limit: int) -> Iterator[bytes]:
+        """The first ``limit`` bytes of ``key``, a MiB at a time."""
         try:
-            return self._call("get_object", Key=key, Range=f"bytes=0-{limit - 1}")["Body"].read()
+            body = self._call("get_object", Key=key, Range=f"bytes=0-{limit - 1}")["Body"]
         except self._errors.ClientError as exc:
             if _code(exc) == "InvalidRange":  # an empty object
-                return b""
+                return iter(())
             raise ObjectStoreError(f"reading {key} from {self.where} failed: {exc}") from exc
+        return body.iter_chunks(1 << 20)
 
     def weights_file(self, name: str, size_bytes: int, refresh: bool) -> tuple[Path, bool]:
         """The local copy of ``name``'s weights and whether it was just fetched. At most one
@@ -188,12 +194,16 @@ class S3Backend:
         path = self.local_root / name / WEIGHTS
         if not refresh and path.is_file():
             return path, False
-        data = self._read(self._key(name, WEIGHTS), size_bytes + 1)
+        chunks = self._chunks(self._key(name, WEIGHTS), size_bytes + 1)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}"
         try:
-            tmp.write_bytes(data)
+            with tmp.open("wb") as out:
+                for chunk in chunks:
+                    out.write(chunk)
             os.replace(tmp, path)  # readers that mapped the old copy keep their mapping
+        except self._errors.BotoCoreError as exc:  # the connection broke mid-body
+            raise ObjectStoreError(f"fetching {name} from {self.where} failed: {exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)
         return path, True
