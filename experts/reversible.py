@@ -146,6 +146,8 @@ class _ReversibleStack(torch.autograd.Function):
 
     Called as ``apply(x2, x1, mask, blocks, *params)`` with ``params`` every parameter of
     ``blocks`` (so autograd asks for their gradients); backward returns them in that order.
+    Other leaves a block's recomputation reaches (an expert's adapter, through the
+    mixture's hooks) get their gradient accumulated into ``.grad``, as ``backward()`` does.
     """
 
     @staticmethod
@@ -169,15 +171,37 @@ class _ReversibleStack(torch.autograd.Function):
             with torch.enable_grad():
                 a2, a1 = x2.detach().requires_grad_(), x1.detach().requires_grad_()
                 out2, out1 = block(a2, a1, ctx.mask)
+                own = {id(a2), id(a1), *(id(p) for p in params)}
+                foreign = [t for t in _leaves((out2, out1)) if id(t) not in own]
                 found = torch.autograd.grad(
-                    (out2, out1), (a2, a1, *params), (g2, g1), allow_unused=True
+                    (out2, out1), (a2, a1, *params, *foreign), (g2, g1), allow_unused=True
                 )
             g2, g1 = found[0], found[1]
-            for param, grad in zip(params, found[2:], strict=True):
+            for param, grad in zip(params, found[2 : 2 + len(params)], strict=True):
                 if grad is not None:
                     grads[id(param)] = grad
+            for leaf, grad in zip(foreign, found[2 + len(params) :], strict=True):
+                if grad is not None:
+                    leaf.grad = grad if leaf.grad is None else leaf.grad + grad
             y2, y1 = x2, x1
         return (g2, g1, None, None, *(grads.get(id(p)) for p in ctx.params))
+
+
+def _leaves(roots: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+    """The leaf tensors requiring grad that the graphs of ``roots`` reach."""
+    stack = [r.grad_fn for r in roots if r.grad_fn is not None]
+    seen: set[int] = set()
+    leaves: list[torch.Tensor] = []
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if hasattr(node, "variable"):  # AccumulateGrad: a leaf
+            leaves.append(node.variable)
+        else:
+            stack.extend(next_node for next_node, _ in node.next_functions)
+    return leaves
 
 
 def reversible_stack(

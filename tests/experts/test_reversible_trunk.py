@@ -60,6 +60,25 @@ def test_the_inverting_backward_matches_autograd(dtype, bound) -> None:
     assert max(float(g.abs().max()) for g in ref.values()) > 1e3 * bound  # not all ~0
 
 
+def test_an_experts_gradient_through_the_inverting_backward_is_autograds() -> None:
+    model = _model()  # trainable blocks (a dense fine-tune of trunk and expert together)
+    trunk = Trunk(model, None, "f" * 64, 32, 4, "gpt2", Path("."))
+    expert = randomize(Expert(ExpertConfig(layers=(1, 3), rank=4), hidden_size=32), seed=2)
+    mixture = Mixture(trunk, {"e": expert})
+    ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(4))
+    found = {}
+    for invert in (True, False):
+        model.transformer.invert_in_backward = invert
+        expert.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
+        with mixture.routing([{"e": 1.0}, {}]):
+            mixture.loss(ids, weights=[{"e": 1.0}, {}]).sum().backward()
+        found[invert] = [p.grad.clone() for p in expert.parameters()]
+    assert all(g.abs().max() > 0 for g in found[False])
+    worst = max(float((a - b).abs().max()) for a, b in zip(found[True], found[False], strict=True))
+    assert worst < GRAD_BOUND_FP32, worst
+
+
 def test_a_block_inverts_its_outputs() -> None:
     block = _model(layers=1).transformer.h[0]
     x2, x1 = torch.randn(2, 5, 32), torch.randn(2, 5, 32)
