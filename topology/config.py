@@ -58,14 +58,20 @@ class KafkaConfig:
     bootstrap_servers: str = ""  # empty: start the embedded Tansu broker on loopback
     topic_prefix: str = "worx"  # topics are <prefix>.docs, <prefix>.dlq, ...
     partitions: int = 4  # partitions of the partitioned topics (docs, routed)
+    # partitions of <prefix>.train: at most this many trainers in one group get jobs (a
+    # trainer without a partition waits idle); made at topic creation, not changed after
+    train_partitions: int = 1
     replication_factor: int = 1
     session_timeout_ms: int = 10_000  # group joins take ~half of this on the embedded broker
     connect_timeout_s: float = 10.0  # a cluster not answering by then: a one-line error
     client: dict[str, str] = dataclasses.field(default_factory=dict)  # raw librdkafka settings
 
     def validate(self) -> None:
-        if self.partitions < 1 or self.replication_factor < 1:
-            raise ValueError("kafka.partitions and kafka.replication_factor must be >= 1")
+        if self.partitions < 1 or self.train_partitions < 1 or self.replication_factor < 1:
+            raise ValueError(
+                "kafka.partitions, kafka.train_partitions and kafka.replication_factor "
+                "must be >= 1"
+            )
         if self.connect_timeout_s <= 0:
             raise ValueError("kafka.connect_timeout_s must be > 0")
         if not self.topic_prefix or any(c in self.topic_prefix for c in " /\\"):

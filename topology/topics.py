@@ -94,6 +94,12 @@ class Topics:
         return [self.name(spec.suffix) for spec in TOPICS]
 
 
+def _partitions_of(spec: TopicSpec, partitions: int, train_partitions: int) -> int:
+    if spec.suffix == "train":
+        return train_partitions
+    return partitions if spec.partitioned else 1
+
+
 def ensure_configured_topics(admin_conf: dict[str, str], kafka: KafkaConfig) -> list[str]:
     """:func:`ensure_topics` with the ``[kafka]`` section's prefix, partitions and
     replication factor (every command that creates topics goes through here), once the
@@ -106,6 +112,7 @@ def ensure_configured_topics(admin_conf: dict[str, str], kafka: KafkaConfig) -> 
         prefix=kafka.topic_prefix,
         partitions=kafka.partitions,
         replication_factor=kafka.replication_factor,
+        train_partitions=kafka.train_partitions,
     )
 
 
@@ -116,8 +123,11 @@ def ensure_topics(
     replication_factor: int = 1,
     extra: dict[str, int] | None = None,
     timeout_s: float = 15.0,
+    train_partitions: int = 1,
 ) -> list[str]:
     """Create every declared topic (and ``extra`` name -> partitions) if missing.
+
+    ``train_partitions``: partitions of ``<prefix>.train`` (one per parallel trainer).
 
     Returns the names that were created now; existing topics are left as they are.
     """
@@ -125,7 +135,7 @@ def ensure_topics(
     wanted = [
         NewTopic(
             f"{prefix}.{spec.suffix}",
-            num_partitions=partitions if spec.partitioned else 1,
+            num_partitions=_partitions_of(spec, partitions, train_partitions),
             replication_factor=replication_factor,
             config={"cleanup.policy": "compact" if spec.compacted else "delete"},
         )

@@ -23,7 +23,6 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from experts.records import ExpertRegistration
 from experts.store import ExpertStore
@@ -85,15 +84,11 @@ def _jobs(data_dir: Path, name: str) -> set[str]:
 
 
 def _topics_with_two_train_partitions(conf: dict) -> Topics:
-    """Parallel trainers need ``worx.train`` created with a partition per trainer (it is
-    one partition by default: docs/deployment.md)."""
+    """Parallel trainers need ``worx.train`` created with a partition per trainer
+    (``kafka.train_partitions``, one by default: docs/deployment.md)."""
     prefix = f"par-{uuid.uuid4().hex[:8]}"
-    topics = Topics(prefix)
-    admin = AdminClient(conf)
-    for future in admin.create_topics([NewTopic(topics.train, num_partitions=2)]).values():
-        future.result(15)
-    ensure_topics(conf, prefix=prefix, partitions=2)  # the others; worx.train is left as made
-    return topics
+    ensure_topics(conf, prefix=prefix, partitions=2, train_partitions=2)
+    return Topics(prefix)
 
 
 def test_two_trainers_split_the_jobs_and_one_finishes_the_job_of_the_other_killed_mid_job(
