@@ -52,6 +52,7 @@ class DemoPlan:
     serve: bool = True
     store_dir: Path | None = None  # where the stages keep experts (None: <run_dir>/experts)
     keep_serving: bool = False  # serve the finished run until Ctrl-C (topology/keep_serving.py)
+    runtime: str = "plain"  # route + discover: "plain" or "flink" (topology/loop.py)
 
 
 # Malformed lines mixed into the stream, as a real one would have: each must come out on
@@ -124,6 +125,7 @@ def run_demo(
             serve=plan.serve,
             stage_env=plan.stage_env,
             store_dir=plan.store_dir,
+            runtime=plan.runtime,
         )
         loop = start_loop(options, conf)
         try:

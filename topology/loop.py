@@ -46,6 +46,7 @@ class LoopOptions:
     host: str = "127.0.0.1"
     store_dir: Path | None = None  # where the stages' store is (None: <run_dir>/experts)
     monitor_dir: Path | None = None  # the monitor's state (None: <run_dir>/monitor)
+    runtime: str = "plain"  # route + discover: "plain" (two processes) or "flink" (one job)
 
 
 @dataclass
@@ -104,8 +105,11 @@ def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
         name="run-domains",
         lookup=lambda row: saved.table.get(row.domain_id),
     ).start()
-    supervisor.start(ChildSpec("route", worx_argv("route")))
-    supervisor.start(ChildSpec("discover", worx_argv("discover")))
+    if options.runtime == "flink":  # route + discover as one PyFlink job (mini-cluster)
+        supervisor.start(ChildSpec("flink", worx_argv("flink", "run")))
+    else:
+        supervisor.start(ChildSpec("route", worx_argv("route")))
+        supervisor.start(ChildSpec("discover", worx_argv("discover")))
     supervisor.start(
         ChildSpec("trainer", worx_argv("trainer", "--no-progress"), env=options.trainer_env)
     )

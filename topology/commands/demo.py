@@ -54,6 +54,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and monitor then share only the broker and the bucket (each its own local cache)",
     )
     parser.add_argument(
+        "--runtime",
+        choices=("plain", "flink"),
+        default="plain",
+        help="route + discover as plain Kafka loops (default) or as one PyFlink job "
+        '(`worx flink run`; needs the Flink venv, README "Flink")',
+    )
+    parser.add_argument(
         "--keep-serving",
         action="store_true",
         help="after the run, serve it (worx serve --run) and its dashboard until Ctrl-C, on "
@@ -94,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
     # the stages' store: the configured one, else <run_dir>/experts (WORX_DATA_DIR=run_dir)
     plan.store_dir = paths.store_dir(dataclasses.replace(config, data_dir=str(run_dir)))
     plan.keep_serving = args.keep_serving
+    if args.runtime == "flink":
+        from topology.flink import require_pyflink
+
+        require_pyflink()  # one line with the install command, before the run starts
+    plan.runtime = args.runtime
     if args.quick:
         for name, value in QUICK.items():
             setattr(plan, name, value)

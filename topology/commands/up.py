@@ -22,6 +22,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-connect", action="store_true", help="do not start `worx connect`")
     parser.add_argument("--no-serve", action="store_true", help="do not start `worx serve`")
     parser.add_argument("--baseline", action="store_true", help="run the dense baseline too")
+    parser.add_argument(
+        "--runtime",
+        choices=("plain", "flink"),
+        default="plain",
+        help="route + discover as plain Kafka loops (default) or as one PyFlink job "
+        '(`worx flink run`; needs the Flink venv, README "Flink")',
+    )
     parser.set_defaults(func=run)
 
 
@@ -40,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from topology.topics import ensure_configured_topics
 
     config = load_config(args.config)
+    if args.runtime == "flink":
+        from topology.flink import require_pyflink
+
+        require_pyflink()  # one line with the install command, before anything starts
     if not config.kafka.bootstrap_servers:
         raise ConfigError(
             "worx up runs against your own cluster: set kafka.bootstrap_servers in worx.toml "
@@ -64,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         baseline=args.baseline,
         store_dir=paths.store_dir(config),
         monitor_dir=paths.monitor_state_dir(config),
+        runtime=args.runtime,
     )
     console = Console()
     stop = threading.Event()

@@ -1,0 +1,163 @@
+"""The Flink functions around the stage objects: route (with the domain table as broadcast
+state) and discover (one logical instance, its state in keyed state).
+
+The stage objects are the ones every runtime uses (:class:`router.route.RouteStage`,
+:class:`router.discover.DiscoverStage`), fed through :func:`topology.runner.apply_stage`,
+so a record a stage cannot decode or fails on becomes a dead letter with the reason, as in
+the plain runner and Faust. They know nothing of Flink.
+
+Rows between operators:
+
+- from a source table: ``(k, v, partition, offset, ts)`` (see :mod:`topology.flink.tables`);
+- out of route and discover: ``(k, v, topic, ms)``: key, value, full topic name, and when
+  it was made (discover's clock for a routed document, as a topic's timestamp is for
+  ``worx discover``);
+- into discover's control input: ``(kind, v)`` with kind ``domain`` or ``expert``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from pyflink.common import Row, Types
+from pyflink.datastream.functions import (
+    BroadcastProcessFunction,
+    KeyedCoProcessFunction,
+    RuntimeContext,
+)
+from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+
+from router.config import RouterConfig
+from router.records import DomainRecord
+from worx.records import RecordError
+from worx.stage import Emit, Message
+
+log = logging.getLogger(__name__)
+
+BYTES = Types.PRIMITIVE_ARRAY(Types.BYTE())
+OUT_TYPE = Types.ROW_NAMED(["k", "v", "topic", "ms"], [BYTES, BYTES, Types.STRING(), Types.LONG()])
+SINK_TYPE = Types.ROW_NAMED(["k", "v", "topic"], [BYTES, BYTES, Types.STRING()])
+CONTROL_TYPE = Types.ROW_NAMED(["kind", "v"], [Types.STRING(), BYTES])
+# domain id -> the row's JSON: what every route instance routes by, checkpointed with it
+DOMAINS = MapStateDescriptor("domains", Types.STRING(), Types.STRING())
+
+
+def to_millis(ts: Any) -> int:
+    """A TIMESTAMP_LTZ column (an Instant in PyFlink) as epoch milliseconds (0 if absent)."""
+    if ts is None:
+        return 0
+    if hasattr(ts, "to_epoch_milli"):
+        return int(ts.to_epoch_milli())
+    if hasattr(ts, "timestamp"):
+        return int(ts.timestamp() * 1000)
+    return int(ts)
+
+
+def out_row(emit: Emit, topic: str, now_ms: int) -> Row:
+    key = emit.key.encode() if emit.key is not None else None
+    return Row(key, emit.record.to_json(), topic, now_ms)
+
+
+def to_sink(row: Row) -> Row:
+    return Row(row[0], row[1], row[2])
+
+
+class RouteFunction(BroadcastProcessFunction):
+    """``worx.docs`` -> routed decisions (and dead letters); ``worx.domains`` broadcast."""
+
+    def __init__(self, config: RouterConfig, topic_prefix: str) -> None:
+        self.config = config
+        self.prefix = topic_prefix
+        self.stage = None
+        self.loaded = False  # the table rebuilt from the (restored) broadcast state
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        from router.route import RouteStage
+
+        self.stage = RouteStage(self.config)
+
+    def _load(self, state: Any) -> None:
+        for _domain_id, body in state.items():
+            self.stage.table.apply(DomainRecord.from_json(body.encode(), strict=False))
+        self.loaded = True
+
+    def process_element(self, value: Row, ctx: BroadcastProcessFunction.ReadOnlyContext):
+        from topology.runner import apply_stage
+
+        if not self.loaded:
+            self._load(ctx.get_broadcast_state(DOMAINS))
+        raw = bytes(value[1]) if value[1] is not None else b""
+        key = bytes(value[0]) if value[0] is not None else None
+        message = Message(raw, key, f"{self.prefix}.docs", value[2], value[3], to_millis(value[4]))
+        now = int(time.time() * 1000)
+        for emit in apply_stage(self.stage, message, "route"):
+            yield out_row(emit, f"{self.prefix}.{emit.topic}", now)
+
+    def process_broadcast_element(self, value: Row, ctx: BroadcastProcessFunction.Context):
+        if not self.loaded:
+            self._load(ctx.get_broadcast_state(DOMAINS))
+        if value[1] is None:
+            return  # a tombstone: the table keeps its rows (as the route followers do)
+        try:
+            row = DomainRecord.from_json(bytes(value[1]), strict=False)
+            self.stage.table.apply(row)
+        except (RecordError, ValueError) as exc:  # discover dead-letters the rows it refuses
+            log.warning("route: domain row skipped: %s", exc)
+            return
+        held = self.stage.table.get(row.domain_id)
+        if held is not None:
+            ctx.get_broadcast_state(DOMAINS).put(row.domain_id, held.to_json().decode())
+
+
+class DiscoverFunction(KeyedCoProcessFunction):
+    """Routed decisions (input 1) and table rows / registrations (input 2) -> discover's
+    outputs; state: snapshot + journal (:class:`topology.flink.journal.DiscoverJournal`)."""
+
+    def __init__(self, config: RouterConfig, topic_prefix: str, compact_every: int) -> None:
+        self.config = config
+        self.prefix = topic_prefix
+        self.compact_every = compact_every
+        self.journal = None
+        self.loaded = False
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        from router.discover import DiscoverStage
+        from topology.flink.journal import DiscoverJournal
+
+        self.journal = DiscoverJournal(
+            DiscoverStage(self.config), self.prefix, compact_every=self.compact_every
+        )
+        self.snapshot_state = runtime_context.get_state(
+            ValueStateDescriptor("discover-snapshot", Types.STRING())
+        )
+        self.journal_state = runtime_context.get_list_state(
+            ListStateDescriptor("discover-journal", Types.STRING())
+        )
+
+    def _apply(self, entry: dict[str, Any]):
+        if not self.loaded:
+            self.journal.restore(self.snapshot_state.value(), list(self.journal_state.get() or []))
+            self.loaded = True
+        emits = self.journal.apply(entry)
+        if self.journal.due:
+            self.snapshot_state.update(self.journal.snapshot())
+            self.journal_state.clear()
+        else:
+            self.journal_state.add(json.dumps(entry, separators=(",", ":")))
+        now = int(time.time() * 1000)
+        for emit in emits:
+            yield out_row(emit, f"{self.prefix}.{emit.topic}", now)
+
+    def process_element1(self, value: Row, ctx: KeyedCoProcessFunction.Context):
+        from topology.flink.journal import DiscoverJournal
+
+        yield from self._apply(DiscoverJournal.entry("routed", bytes(value[1]), value[3]))
+
+    def process_element2(self, value: Row, ctx: KeyedCoProcessFunction.Context):
+        from topology.flink.journal import DiscoverJournal
+
+        raw = bytes(value[1]) if value[1] is not None else None
+        yield from self._apply(DiscoverJournal.entry(value[0], raw))
