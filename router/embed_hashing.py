@@ -365,11 +365,12 @@ def _sorted_segments(blocks: list[list[Part]], texts: int) -> tuple[np.ndarray, 
             values, _ = parts[0]
             flat[base : base + values.size] = values
         ends = bounds[b * texts + 1 : (b + 1) * texts + 1].tolist()
+        spans = [(values, offsets.tolist()) for values, offsets in parts]
         start = base
         for k, end in enumerate(ends):
             view = flat[start:end]
-            if len(parts) > 1:
-                np.concatenate([v[o[k] : o[k + 1]] for v, o in parts], out=view)
+            if len(spans) > 1:
+                np.concatenate([v[o[k] : o[k + 1]] for v, o in spans], out=view)
             view.sort()
             start = end
     return flat, bounds
