@@ -37,6 +37,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -311,14 +312,23 @@ def flink_figures(docs: list[Doc], skip: bool) -> dict:
         return {"flink": None, "flink_reason": "--no-flink"}
     if not (Path(__file__).with_name("stream_flink.py")).exists():
         return {"flink": None, "flink_reason": "bench/stream_flink.py does not exist"}
-    try:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from stream_flink import flink_route_figures
-    except ImportError as exc:  # e.g. PyFlink is not installed in this environment
-        return {"flink": None, "flink_reason": f"bench/stream_flink.py: {exc}"}
+    if importlib.util.find_spec("pyflink") is None:
+        return {
+            "flink": None,
+            "flink_reason": "PyFlink is not installed in this environment (run the bench "
+            "with the Flink environment's python, README 'Flink')",
+        }
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from stream_flink import flink_route_figures
+
     out: dict = {}
     for parallelism in (1, 2):
-        for key, value in flink_route_figures(docs, parallelism).items():
+        try:
+            figures = flink_route_figures(docs, parallelism)
+        except Exception as exc:  # the other columns are still worth printing
+            log.exception("Flink at parallelism %d failed", parallelism)
+            return {**out, "flink": None, "flink_reason": f"{type(exc).__name__}: {exc}"[:300]}
+        for key, value in figures.items():
             out[f"flink_p{parallelism}_{key}"] = value
     return out
 
