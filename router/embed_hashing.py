@@ -398,6 +398,8 @@ class _IdfIndex:
         self.idf = idf
         self.shift = np.uint64(64 - bits)
         self.mask = (1 << bits) - 1
+        if idf.hashes.size == 0:  # no IDF: lookup answers idf_max without a table
+            return
         # a key no table entry has marks an empty slot (it may equal a feature: that one
         # then "finds" the empty slot's value, idf_max, which is its weight anyway)
         free = (k for k in range(idf.hashes.size + 1) if not _holds(idf.hashes, k))
@@ -442,11 +444,9 @@ def _holds(sorted_keys: np.ndarray, key: int) -> bool:
     return pos < sorted_keys.size and int(sorted_keys[pos]) == key
 
 
-_INDEXES: dict[int, _IdfIndex] = {}
-
-
 def _idf_index(idf: IdfTable) -> _IdfIndex:
-    index = _INDEXES.get(id(idf))
-    if index is None or index.idf is not idf:
-        index = _INDEXES[id(idf)] = _IdfIndex(idf)
+    """The table's index, built once and kept on the table itself (it lives as long)."""
+    index = idf.__dict__.get("_hash_index")
+    if index is None:
+        index = idf.__dict__["_hash_index"] = _IdfIndex(idf)  # (a frozen dataclass)
     return index
