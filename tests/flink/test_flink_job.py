@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("pyflink", reason='apache-flink is not installed (README "Flink" venv)')
@@ -28,7 +29,6 @@ pytest.importorskip("pyflink", reason='apache-flink is not installed (README "Fl
 from ingest.records import Doc  # noqa: E402
 from router.config import RouterConfig  # noqa: E402
 from router.records import DomainRecord, RoutedDoc, TrainJob  # noqa: E402
-from router.table import DomainTable  # noqa: E402
 from tests.router.helpers import Loop  # noqa: E402
 from tests.support.kafka import produce, read_messages  # noqa: E402
 from topology.flink.checkpoints import latest_checkpoint  # noqa: E402
@@ -132,7 +132,7 @@ def _spread(conf: dict, topic: str, docs: list[Doc]) -> None:
 
 
 def _read(conf: dict, topics: Topics, until, timeout_s: float = 240.0):
-    """(routed doc ids, jobs by id, latest domain rows) once ``until(ids, jobs)`` holds."""
+    """(routed doc ids, jobs by id, latest domain rows) once ``until(ids, jobs, rows)``."""
     state: dict = {"ids": set(), "jobs": {}, "domains": {}, "n": 0}
 
     def done(messages) -> bool:
@@ -148,17 +148,20 @@ def _read(conf: dict, topics: Topics, until, timeout_s: float = 240.0):
                 if held is None or row.version >= held.version:
                     state["domains"][row.domain_id] = row
         state["n"] = len(messages)
-        return until(state["ids"], state["jobs"])
+        return until(state["ids"], state["jobs"], state["domains"])
 
     read_messages(conf, [topics.routed, topics.train, topics.domains], done, timeout_s)
     return state["ids"], state["jobs"], state["domains"]
 
 
-def _assignment(rows: dict, vectors) -> list:
-    table = DomainTable(dim=vectors.shape[1])
-    for row in rows.values():
-        table.apply(row)
-    return [table.route(v)[0] for v in vectors]
+def _assignment(rows: dict, vectors: np.ndarray) -> list:
+    """Each document's nearest domain centroid (cosine), as bench/discovery.py's ``nmi``:
+    the domains found, without the thresholds (whose rows may be a version apart)."""
+    ids = sorted(rows)
+    centroids = np.array([rows[d].centroid for d in ids])  # (domains, dim)
+    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)  # (docs, dim)
+    return [ids[i] for i in np.argmax(unit @ centroids.T, axis=1)]
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +180,11 @@ def runs(broker, tmp_path_factory) -> dict:
     out: dict = {"ids": ids, "ref_jobs": ref_jobs, "labels": [d.label for d in docs]}
     out["reference"] = _assignment(ref_rows, vectors)
 
+    def complete(seen: set, jobs: dict, rows: dict) -> bool:
+        """Every document routed, as many jobs as the reference, each job's row read."""
+        found = {copies[0].domain_id for copies in jobs.values()}
+        return seen >= ids and len(jobs) >= len(ref_jobs) and found <= set(rows)
+
     # parallelism 1: one partition, the reference's order
     topics = Topics("flink-p1")
     ensure_topics(conf, prefix=topics.prefix, partitions=2)
@@ -184,7 +192,7 @@ def runs(broker, tmp_path_factory) -> dict:
     produce(conf, topics.docs, docs, partition=0)
     job.start()
     try:
-        seen, jobs, rows = _read(conf, topics, lambda s, j: s >= ids and len(j) >= len(ref_jobs))
+        seen, jobs, rows = _read(conf, topics, complete)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n--- worx flink run:\n{job.log_tail()}") from None
     finally:
@@ -200,7 +208,7 @@ def runs(broker, tmp_path_factory) -> dict:
     _spread(conf, topics.docs, docs[:half])
     job.start()
     try:
-        _, first_jobs, _ = _read(conf, topics, lambda s, j: len(j) >= 1)
+        _, first_jobs, _ = _read(conf, topics, lambda s, j, r: len(j) >= 1)
         seen_at = time.time()
         # a checkpoint completed after the first job left: the restart must not redo it
         deadline = time.monotonic() + 60
@@ -215,7 +223,7 @@ def runs(broker, tmp_path_factory) -> dict:
         out["restored_from"] = latest_checkpoint((workdir / "checkpoints").as_uri())
         _spread(conf, topics.docs, docs[half:])
         job.start()
-        seen, jobs, rows = _read(conf, topics, lambda s, j: s >= ids and len(j) >= len(ref_jobs))
+        seen, jobs, rows = _read(conf, topics, complete)
         out["restart_log"] = (workdir / "run-2.log").read_text(errors="replace")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n--- worx flink run:\n{job.log_tail()}") from None
@@ -250,6 +258,6 @@ def test_flink_killed_mid_stream_restarts_from_its_checkpoint(runs):
 
 def test_parallelism_two_assigns_as_parallelism_one(runs):
     one, two = runs["p1"]["assignment"], runs["p2"]["assignment"]
-    assert len(set(one)) == len(set(two))
+    assert len(set(one)) == len(set(two)) == len(ORDER)
     assert nmi(one, two) >= 0.99
     assert nmi(runs["reference"], two) >= 0.99
