@@ -36,6 +36,17 @@ def servers_of(config, args: argparse.Namespace) -> str:
     return servers
 
 
+def add_runtime_argument(parser: argparse.ArgumentParser) -> None:
+    """``--runtime``: where route + discover run (`worx up`, `worx demo`)."""
+    parser.add_argument(
+        "--runtime",
+        choices=("plain", "flink"),
+        default="plain",
+        help="route + discover as plain Kafka loops (default) or as one PyFlink job "
+        '(`worx flink run`; needs the Flink venv, README "Flink")',
+    )
+
+
 def add_mapping_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-field", help="input field holding the text (default: text)")
     parser.add_argument(

@@ -20,6 +20,8 @@ QUICK = {"new_domains": ("legal", "scripture"), "per_domain": 300, "mixture_docs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from topology.cli_common import add_runtime_argument
+
     parser = subparsers.add_parser(
         "demo",
         help="run the whole loop on the embedded broker with the bundled corpus",
@@ -53,13 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and endpoint from AWS_* variables) instead of the run directory: the trainer, serve "
         "and monitor then share only the broker and the bucket (each its own local cache)",
     )
-    parser.add_argument(
-        "--runtime",
-        choices=("plain", "flink"),
-        default="plain",
-        help="route + discover as plain Kafka loops (default) or as one PyFlink job "
-        '(`worx flink run`; needs the Flink venv, README "Flink")',
-    )
+    add_runtime_argument(parser)
     parser.add_argument(
         "--keep-serving",
         action="store_true",

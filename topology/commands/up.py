@@ -8,6 +8,8 @@ import threading
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from topology.cli_common import add_runtime_argument
+
     parser = subparsers.add_parser(
         "up",
         help="run every stage against your Kafka cluster and trunk (from worx.toml)",
@@ -22,13 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-connect", action="store_true", help="do not start `worx connect`")
     parser.add_argument("--no-serve", action="store_true", help="do not start `worx serve`")
     parser.add_argument("--baseline", action="store_true", help="run the dense baseline too")
-    parser.add_argument(
-        "--runtime",
-        choices=("plain", "flink"),
-        default="plain",
-        help="route + discover as plain Kafka loops (default) or as one PyFlink job "
-        '(`worx flink run`; needs the Flink venv, README "Flink")',
-    )
+    add_runtime_argument(parser)
     parser.set_defaults(func=run)
 
 
