@@ -49,6 +49,10 @@ class FlinkJobOptions:
     checkpoint_interval_ms: int = 5_000
     restore: str | None = None  # a completed chk-N (or savepoint) to start from
     compact_every: int = 500  # discover journal entries between two snapshots
+    # discover merges the decisions of the worx.docs partitions (topology.flink.ordering);
+    # a partition silent this long is not waited for; None partitions: asked of the broker
+    order_idle_ms: int = 5_000
+    docs_partitions: int | None = None
     client: dict[str, str] = dataclasses.field(default_factory=dict)  # [kafka.client]
     max_parallelism: int = 128  # key groups: route can be rescaled up to this
     remote: str | None = None  # "host:port" of a JobManager's REST API; None: mini-cluster
@@ -87,6 +91,24 @@ def flink_configuration(options: FlinkJobOptions) -> Any:
     for key, value in settings.items():
         conf.set_string(key, value)
     return conf
+
+
+def docs_lanes(options: FlinkJobOptions, docs_topic: str) -> list[str]:
+    """The lanes discover merges: one per partition of ``worx.docs``."""
+    from topology.kafka import partition_count
+
+    count = options.docs_partitions
+    if count is None:
+        conf = {**options.client, "bootstrap.servers": options.bootstrap_servers}
+        count = partition_count(conf, docs_topic)
+    if not count:
+        log.warning(
+            "flink job: %s has no partitions yet; discover merges the partitions as it "
+            "meets them (their first documents may be taken in arrival order)",
+            docs_topic,
+        )
+        return []
+    return [f"{docs_topic}:{partition}" for partition in range(count)]
 
 
 def build(env: Any, router_config: Any, options: FlinkJobOptions) -> Any:
@@ -139,7 +161,13 @@ def build(env: Any, router_config: Any, options: FlinkJobOptions) -> Any:
         routed.key_by(lambda row: 0, key_type=one)
         .connect(control.key_by(lambda row: 0, key_type=one))
         .process(
-            fn.DiscoverFunction(router_config, options.topic_prefix, options.compact_every),
+            fn.DiscoverFunction(
+                router_config,
+                options.topic_prefix,
+                options.compact_every,
+                docs_lanes(options, topics.docs),
+                options.order_idle_ms,
+            ),
             output_type=fn.OUT_TYPE,
         )
         .name("discover")
@@ -180,6 +208,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-dir", required=True, help="any Flink filesystem URI")
     parser.add_argument("--checkpoint-interval-ms", type=int, default=5_000)
     parser.add_argument("--router-config", help="JSON object of [router] settings")
+    parser.add_argument(
+        "--order-idle-ms",
+        type=int,
+        default=5_000,
+        help="discover stops waiting for a worx.docs partition silent this long",
+    )
     return parser.parse_args(argv)
 
 
@@ -195,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         topic_prefix=args.topic_prefix,
         parallelism=args.parallelism,
         checkpoint_interval_ms=args.checkpoint_interval_ms,
+        order_idle_ms=args.order_idle_ms,
     )
     from pyflink.datastream import StreamExecutionEnvironment
 

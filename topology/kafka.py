@@ -61,6 +61,18 @@ def require_reachable(
     )
 
 
+def partition_count(conf: dict[str, Any], topic: str, timeout_s: float = 10.0) -> int | None:
+    """How many partitions ``topic`` has (None: it does not exist or did not answer)."""
+    admin = AdminClient({**conf, "log_level": 0})
+    try:
+        meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException:
+        return None
+    if meta is None or meta.error is not None or not meta.partitions:
+        return None
+    return len(meta.partitions)
+
+
 def summarise_errors(errors: list[KafkaError]) -> str:
     """librdkafka's client errors as one phrase: the most frequent, with its count."""
     counts: dict[str, int] = {}

@@ -114,13 +114,26 @@ class RouteFunction(BroadcastProcessFunction):
 
 class DiscoverFunction(KeyedCoProcessFunction):
     """Routed decisions (input 1) and table rows / registrations (input 2) -> discover's
-    outputs; state: snapshot + journal (:class:`topology.flink.journal.DiscoverJournal`)."""
+    outputs; state: snapshot + journal (:class:`topology.flink.journal.DiscoverJournal`)
+    and the decisions held to be merged by partition
+    (:class:`topology.flink.ordering.LaneMerge`)."""
 
-    def __init__(self, config: RouterConfig, topic_prefix: str, compact_every: int) -> None:
+    def __init__(
+        self,
+        config: RouterConfig,
+        topic_prefix: str,
+        compact_every: int,
+        lanes: list[str],
+        order_idle_ms: int,
+    ) -> None:
         self.config = config
         self.prefix = topic_prefix
         self.compact_every = compact_every
+        self.lanes = lanes
+        self.order_idle_ms = order_idle_ms
         self.journal = None
+        self.merge = None
+        self.timer_at = None  # the processing-time timer armed for the merge, if any
         self.loaded = False
 
     def open(self, runtime_context: RuntimeContext) -> None:
@@ -136,11 +149,27 @@ class DiscoverFunction(KeyedCoProcessFunction):
         self.journal_state = runtime_context.get_list_state(
             ListStateDescriptor("discover-journal", Types.STRING())
         )
+        # "<lane>@<offset>" -> Held JSON; lane -> offset of its last released decision
+        self.held_state = runtime_context.get_map_state(
+            MapStateDescriptor("discover-held", Types.STRING(), Types.STRING())
+        )
+        self.released_state = runtime_context.get_map_state(
+            MapStateDescriptor("discover-released", Types.STRING(), Types.LONG())
+        )
+
+    def _load(self, now_ms: int) -> None:
+        from topology.flink.ordering import Held, LaneMerge
+
+        if self.loaded:
+            return
+        self.journal.restore(self.snapshot_state.value(), list(self.journal_state.get() or []))
+        self.merge = LaneMerge(self.lanes, self.order_idle_ms, now_ms)
+        held = [Held.from_json(text) for text in self.held_state.values()]
+        released = {lane: int(offset) for lane, offset in self.released_state.items()}
+        self.merge.restore(held, released, now_ms)
+        self.loaded = True
 
     def _apply(self, entry: dict[str, Any]):
-        if not self.loaded:
-            self.journal.restore(self.snapshot_state.value(), list(self.journal_state.get() or []))
-            self.loaded = True
         emits = self.journal.apply(entry)
         if self.journal.due:
             self.snapshot_state.update(self.journal.snapshot())
@@ -151,13 +180,39 @@ class DiscoverFunction(KeyedCoProcessFunction):
         for emit in emits:
             yield out_row(emit, f"{self.prefix}.{emit.topic}", now)
 
+    def _release(self, ctx: Any, now_ms: int):
+        for held in self.merge.ready(now_ms):
+            self.held_state.remove(f"{held.lane}@{held.offset}")
+            self.released_state.put(held.lane, held.offset)
+            yield from self._apply(held.entry)
+        if self.merge.held and (self.timer_at is None or self.timer_at <= now_ms):
+            self.timer_at = now_ms + max(self.order_idle_ms, 1)
+            ctx.timer_service().register_processing_time_timer(self.timer_at)
+
     def process_element1(self, value: Row, ctx: KeyedCoProcessFunction.Context):
         from topology.flink.journal import DiscoverJournal
+        from topology.flink.ordering import Held
 
-        yield from self._apply(DiscoverJournal.entry("routed", bytes(value[1]), value[3]))
+        now = ctx.timer_service().current_processing_time()
+        self._load(now)
+        entry = DiscoverJournal.entry("routed", bytes(value[1]), value[3])
+        held = Held.of(entry)
+        if held is None:  # says nowhere where it came from: the stage dead-letters it
+            yield from self._apply(entry)
+            return
+        if self.merge.add(held, now):
+            self.held_state.put(f"{held.lane}@{held.offset}", held.to_json())
+        yield from self._release(ctx, now)
 
     def process_element2(self, value: Row, ctx: KeyedCoProcessFunction.Context):
         from topology.flink.journal import DiscoverJournal
 
+        self._load(ctx.timer_service().current_processing_time())
         raw = bytes(value[1]) if value[1] is not None else None
         yield from self._apply(DiscoverJournal.entry(value[0], raw))
+
+    def on_timer(self, timestamp: int, ctx: KeyedCoProcessFunction.OnTimerContext):
+        now = ctx.timer_service().current_processing_time()
+        self._load(now)
+        self.timer_at = None
+        yield from self._release(ctx, now)
