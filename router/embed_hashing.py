@@ -290,19 +290,16 @@ def _project(blocks: list[Block], texts: int, embedder: HashedTfidfEmbedder) -> 
     """Each (block, text) segment's TF-IDF weights signed-hashed into ``dim`` and made unit
     norm, as ``HashedTfidfEmbedder._project`` does for one; ``(blocks, texts, dim)``."""
     dim = embedder.dim
-    flat, bounds = _sorted_segments([b.parts for b in blocks], texts)  # (T,), (S * B + 1,)
+    flat, bounds = _sorted_segments(_keyed_parts(blocks), texts)  # (T,), (S * B + 1,)
     fresh = np.empty(flat.size, dtype=bool)
     fresh[0:1] = True
     np.not_equal(flat[1:], flat[:-1], out=fresh[1:])
     fresh[bounds[:-1][bounds[:-1] < flat.size]] = True
     first = np.flatnonzero(fresh)  # (F,) first occurrence of each segment's feature
-    feature = flat[first]  # codes, then (below) keys
+    feature = flat[first]  # each segment's distinct features, ascending as np.unique's
     counts = np.diff(first, append=flat.size)  # (F,)
     per_segment = np.diff(np.searchsorted(first, bounds))  # (S * B,) features of each
     segment = np.repeat(np.arange(bounds.size - 1), per_segment)  # (F,)
-    block_starts = np.searchsorted(first, bounds[::texts]).tolist()  # (S + 1,)
-    for block, start, end in zip(blocks, block_starts, block_starts[1:], strict=False):
-        feature[start:end] = block.key(feature[start:end])
     weights = _tf_weights(counts, embedder.tf_cap) * _idf_index(embedder.idf).lookup(feature)
     signed = np.where(feature >> np.uint64(63) == 0, weights, -weights)  # top bit: the sign
     if dim & (dim - 1) == 0:
@@ -310,9 +307,9 @@ def _project(blocks: list[Block], texts: int, embedder: HashedTfidfEmbedder) -> 
     else:
         bucket = (feature % np.uint64(dim)).astype(np.int64)
     bins = segment * dim + bucket  # (F,)
+    # bincount adds each bin's terms in input order: ascending feature hash, as embed_one's
     out = np.bincount(bins, weights=signed, minlength=(bounds.size - 1) * dim)
     out = out.astype(np.float64, copy=False)  # (no feature at all: bincount gives int64)
-    _sum_crowded_in_key_order(out, bins, feature, signed)
     out = out.reshape(bounds.size - 1, dim)  # (S * B, dim)
     norms = _row_norms(out)
     norms[norms == 0] = 1.0  # an all-zero row stays as it is
@@ -320,33 +317,15 @@ def _project(blocks: list[Block], texts: int, embedder: HashedTfidfEmbedder) -> 
     return out.reshape(len(blocks), texts, dim)
 
 
-def _sum_crowded_in_key_order(
-    out: np.ndarray, bins: np.ndarray, keys: np.ndarray, weights: np.ndarray
-) -> None:
-    """Redo, in place, the sums of ``out`` over bins that hold three or more features,
-    adding them in ascending key order as ``embed_one``'s ``bincount`` did (the features
-    here are in code order; two terms sum alike in either order, three may not)."""
-    crowded = np.flatnonzero(np.bincount(bins, minlength=out.size)[bins] >= 3)
-    if not crowded.size:
-        return
-    where, keys, terms = bins[crowded], keys[crowded], weights[crowded]  # (C,)
-    # one sort on (bin, high key bits); keys in one bin differ above the bin's own bits
-    shift = np.uint64(max(int(out.size).bit_length(), 1))
-    packed = (where.astype(np.uint64) << (np.uint64(64) - shift)) | (keys >> shift)
-    order = np.argsort(packed)
-    if np.any(packed[order][1:] == packed[order][:-1]):  # two keys alike up there: exact
-        order = np.lexsort((keys, where))
-    where, terms = where[order], terms[order]
-    starts = np.flatnonzero(np.diff(where, prepend=-1))  # first term of each bin
-    rank = np.arange(where.size) - np.repeat(starts, np.diff(starts, append=where.size))
-    by_rank = np.argsort(rank, kind="stable")
-    ends = np.cumsum(np.bincount(rank)).tolist()
-    out[where[starts]] = 0.0
-    begin = 0
-    for end in ends:  # the r-th term of every bin at once: at most one per bin
-        step = by_rank[begin:end]
-        out[where[step]] += terms[step]
-        begin = end
+def _keyed_parts(blocks: list[Block]) -> list[list[Part]]:
+    """Each block's parts with codes turned into feature hashes (``key`` works in place;
+    a part that two blocks share, as a repeated n-gram order does, is keyed once)."""
+    done: dict[int, np.ndarray] = {}
+    for block in blocks:
+        for values, _ in block.parts:
+            if id(values) not in done:
+                done[id(values)] = block.key(values)
+    return [[(done[id(values)], offsets) for values, offsets in block.parts] for block in blocks]
 
 
 def _sorted_segments(blocks: list[list[Part]], texts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -390,9 +369,10 @@ def _row_norms(rows: np.ndarray) -> np.ndarray:
 
 class _IdfIndex:
     """``IdfTable.lookup`` (the same float64 values) through an open-addressing hash table:
-    a feature's home slot is its top ``bits`` bits, linear probing, load ~0.2, so most
-    features take one gather and the rest two or three. Each slot holds its key and its
-    value's bits side by side: one cache line per probe."""
+    a feature's home slot is its top ``bits`` bits, linear probing, load ~0.2. The most
+    common features (lowest IDF) are placed first, so they sit in their home slots and
+    take one gather; keys and values are separate arrays (a 1-D ``take`` is several times
+    faster than a gather of rows)."""
 
     def __init__(self, idf: IdfTable, bits: int = 18) -> None:
         self.idf = idf
@@ -404,20 +384,20 @@ class _IdfIndex:
         # then "finds" the empty slot's value, idf_max, which is its weight anyway)
         free = (k for k in range(idf.hashes.size + 1) if not _holds(idf.hashes, k))
         self.empty = np.uint64(next(free))
-        self.slots = np.empty((1 << bits, 2), dtype=np.uint64)  # (slots, [key, value bits])
-        self.slots[:, 0] = self.empty
-        self.slots[:, 1] = np.float64(idf.idf_max).view(np.uint64)
+        self.keys = np.full(1 << bits, self.empty, dtype=np.uint64)  # (slots,)
+        self.values = np.full(1 << bits, np.float64(idf.idf_max))  # (slots,)
         home = (idf.hashes >> self.shift).astype(np.int64)  # (F,)
-        pending, step = np.arange(idf.hashes.size), np.zeros(idf.hashes.size, np.int64)
-        while pending.size:  # each round places one entry in each free slot asked for
+        # each round places one entry in each free slot asked for: the first asker wins,
+        # so every home slot goes to its most common feature
+        pending = np.argsort(idf.idf, kind="stable")
+        step = np.zeros(idf.hashes.size, np.int64)
+        while pending.size:
             slot = (home[pending] + step[pending]) & self.mask
-            free_slot = self.slots[slot, 0] == self.empty
+            free_slot = self.keys[slot] == self.empty
             _, winner = np.unique(slot[free_slot], return_index=True)
             placed = pending[free_slot][winner]
-            self.slots[slot[free_slot][winner], 0] = idf.hashes[placed]
-            self.slots[slot[free_slot][winner], 1] = (
-                idf.idf[placed].astype(np.float64).view(np.uint64)
-            )
+            self.keys[slot[free_slot][winner]] = idf.hashes[placed]
+            self.values[slot[free_slot][winner]] = idf.idf[placed].astype(np.float64)
             left = np.ones(pending.size, dtype=bool)
             left[np.flatnonzero(free_slot)[winner]] = False
             pending = pending[left]
@@ -426,16 +406,16 @@ class _IdfIndex:
     def lookup(self, features: np.ndarray) -> np.ndarray:
         if self.idf.hashes.size == 0:
             return np.full(features.shape, self.idf.idf_max)
-        slot = (features >> self.shift).astype(np.int64)  # (F,) home slots
-        found = np.take(self.slots, slot, axis=0)  # (F, 2); take: ~15x [slot] on rows
-        out = found[:, 1].view(np.float64)  # right where the key matches or slot is empty
-        keys = found[:, 0]
+        slot = np.right_shift(features, self.shift).view(np.int64)  # (F,) home slots
+        keys = self.keys.take(slot)
+        out = self.values.take(slot)  # right where the key matches or the slot is empty
         todo = np.flatnonzero((keys != features) & (keys != self.empty))
         while todo.size:
-            slot[todo] = (slot[todo] + 1) & self.mask
-            found = np.take(self.slots, slot[todo], axis=0)
-            out[todo] = found[:, 1].view(np.float64)
-            todo = todo[(found[:, 0] != features[todo]) & (found[:, 0] != self.empty)]
+            step = (slot[todo] + 1) & self.mask
+            slot[todo] = step
+            keys = self.keys.take(step)
+            out[todo] = self.values.take(step)
+            todo = todo[(keys != features[todo]) & (keys != self.empty)]
         return out
 
 
