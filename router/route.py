@@ -89,6 +89,20 @@ class RouteStage:
         self.novel += sum(novel for _, novel in decided)
         return [emits for emits, _ in decided]
 
+    def process_embedded(
+        self, message: Message, record: Record | None, vector: np.ndarray
+    ) -> list[Emit]:
+        """:meth:`process` with the text already embedded by this stage's embedder (a
+        runtime that embeds in batches elsewhere, as Flink's vectorised function)."""
+        if not isinstance(record, Doc):
+            raise TypeError(f"route expects a Doc, got {type(record).__name__}")
+        if vector.shape != (self.embedder.dim,):
+            raise ValueError(f"vector of shape {vector.shape}, not ({self.embedder.dim},)")
+        emits, novel = self._decide(message, record, vector)
+        self.routed += 1
+        self.novel += novel
+        return emits
+
     def _decide(self, message: Message, record: Doc, vector: np.ndarray) -> tuple[list[Emit], bool]:
         """The routing decision for one embedded document, and whether it is novel."""
         domain_id, similarity, uncertain, version = self.table.decide(vector)

@@ -22,14 +22,20 @@ from ingest.dead_letters import dead_letter
 from topology.kafka import carries_record, make_consumer, make_producer, to_message
 from topology.publisher import Publisher
 from topology.topics import Topics
-from worx.records import RecordError
+from worx.records import Record, RecordError
 from worx.stage import Emit, Message, Stage
 
 log = logging.getLogger(__name__)
 
 
-def apply_stage(stage: Stage, message: Message, stage_name: str) -> list[Emit]:
-    """Decode (if the stage wants a record) and process; any failure becomes a dead letter.
+def apply_stage(
+    stage: Stage,
+    message: Message,
+    stage_name: str,
+    process: Callable[[Message, Record | None], list[Emit]] | None = None,
+) -> list[Emit]:
+    """Decode (if the stage wants a record) and process (``stage.process``, or ``process``
+    in its place); any failure becomes a dead letter.
 
     Decoding happens inside the error handling: a record that breaks the decoder (too
     deep, not finite, wrong types...) is dead-lettered like one that breaks the stage, and
@@ -40,7 +46,7 @@ def apply_stage(stage: Stage, message: Message, stage_name: str) -> list[Emit]:
         record = None
         if stage.input_record is not None:
             record = stage.input_record.from_json(message.value or b"", strict=False)
-        return stage.process(message, record)
+        return (process or stage.process)(message, record)
     except RecordError as exc:
         return reject(message, exc.reason, str(exc), stage_name)
     except Exception as exc:  # a bug or bad data in one message must not stop the stream
