@@ -115,7 +115,9 @@ def build(env: Any, router_config: Any, options: FlinkJobOptions) -> Any:
     """Declare the job on ``env``; the statement set whose ``attach_as_datastream`` adds
     the sink."""
     from pyflink.common import Row, Types
-    from pyflink.table import StreamTableEnvironment
+    from pyflink.table import DataTypes, StreamTableEnvironment
+    from pyflink.table.expressions import col
+    from pyflink.table.udf import udf
 
     from topology.flink import functions as fn
     from topology.flink import tables
@@ -133,7 +135,8 @@ def build(env: Any, router_config: Any, options: FlinkJobOptions) -> Any:
         t_env.execute_sql(tables.source_ddl(name, topic, props, group, from_group))
     t_env.execute_sql(tables.sink_ddl("outputs", tables.output_topics(topics), props))
 
-    docs = t_env.to_data_stream(t_env.from_path("docs"))
+    embed = udf(fn.EmbedDocs(router_config), result_type=DataTypes.BYTES(), func_type="pandas")
+    docs = t_env.to_data_stream(t_env.from_path("docs").add_columns(embed(col("v")).alias("vec")))
     domains = t_env.to_data_stream(t_env.from_path("domains"))
     experts = t_env.to_data_stream(t_env.from_path("experts"))
 

@@ -9,6 +9,9 @@ the plain runner and Faust. They know nothing of Flink.
 Rows between operators:
 
 - from a source table: ``(k, v, partition, offset, ts)`` (see :mod:`topology.flink.tables`);
+  the documents' rows get a sixth column, ``vec``: the text's embedding as float32 bytes,
+  made in batches by :class:`EmbedDocs` (a vectorised function: Flink hands it Arrow
+  batches and flushes them at every checkpoint), None for a value that is not a document;
 - out of route and discover: ``(k, v, topic, ms)``: key, value, full topic name, and when
   it was made (discover's clock for a routed document, as a topic's timestamp is for
   ``worx discover``);
@@ -17,11 +20,13 @@ Rows between operators:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 from typing import Any
 
+import numpy as np
 from pyflink.common import Row, Types
 from pyflink.datastream.functions import (
     BroadcastProcessFunction,
@@ -29,6 +34,7 @@ from pyflink.datastream.functions import (
     RuntimeContext,
 )
 from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+from pyflink.table.udf import FunctionContext, ScalarFunction
 
 from router.config import RouterConfig
 from router.records import DomainRecord
@@ -65,6 +71,54 @@ def to_sink(row: Row) -> Row:
     return Row(row[0], row[1], row[2])
 
 
+class EmbedDocs(ScalarFunction):
+    """``vec`` of each ``worx.docs`` value, a pandas Series at a time: the route stage's
+    embedder over every text of the batch in one call (:mod:`router.embed_hashing`), so
+    the route function only decides. A value that is not a document gets None, and the
+    route function dead-letters it as every runtime does."""
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.embedder = None
+
+    def open(self, function_context: FunctionContext) -> None:
+        from router.embedders import default_embedder
+
+        self.embedder = default_embedder(self.config)
+
+    def eval(self, values: Any) -> Any:
+        import pandas as pd
+
+        from ingest.records import Doc
+
+        out: list[bytes | None] = [None] * len(values)
+        texts, where = [], []
+        for i, raw in enumerate(values):
+            try:
+                doc = Doc.from_json(bytes(raw) if raw is not None else b"", strict=False)
+            except Exception:  # the route function dead-letters it with the reason
+                continue
+            texts.append(doc.text)
+            where.append(i)
+        for i, vector in zip(where, self._embed(texts), strict=True):
+            out[i] = None if vector is None else vector.tobytes()
+        return pd.Series(out, dtype=object)
+
+    def _embed(self, texts: list[str]) -> list[Any]:
+        if not texts:
+            return []
+        try:
+            return list(self.embedder.embed(texts))  # (N, dim) float32
+        except Exception:  # one bad text: the others still get theirs
+            out = []
+            for text in texts:
+                try:
+                    out.append(self.embedder.embed([text])[0])
+                except Exception:  # route embeds it again and dead-letters it
+                    out.append(None)
+            return out
+
+
 class RouteFunction(BroadcastProcessFunction):
     """``worx.docs`` -> routed decisions (and dead letters); ``worx.domains`` broadcast."""
 
@@ -92,8 +146,15 @@ class RouteFunction(BroadcastProcessFunction):
         raw = bytes(value[1]) if value[1] is not None else b""
         key = bytes(value[0]) if value[0] is not None else None
         message = Message(raw, key, f"{self.prefix}.docs", value[2], value[3], to_millis(value[4]))
+        vec = value[5] if len(value) > 5 else None
+        if vec is None:
+            emits = apply_stage(self.stage, message, "route")
+        else:
+            vector = np.frombuffer(bytes(vec), dtype=np.float32)  # (dim,)
+            embedded = functools.partial(self.stage.process_embedded, vector=vector)
+            emits = apply_stage(self.stage, message, "route", process=embedded)
         now = int(time.time() * 1000)
-        for emit in apply_stage(self.stage, message, "route"):
+        for emit in emits:
             yield out_row(emit, f"{self.prefix}.{emit.topic}", now)
 
     def process_broadcast_element(self, value: Row, ctx: BroadcastProcessFunction.Context):
