@@ -26,11 +26,11 @@ import pytest
 
 pytest.importorskip("pyflink", reason='apache-flink is not installed (README "Flink" venv)')
 
-from ingest.records import Doc  # noqa: E402
+from ingest.records import DeadLetter, Doc  # noqa: E402
 from router.config import RouterConfig  # noqa: E402
 from router.records import DomainRecord, RoutedDoc, TrainJob  # noqa: E402
 from tests.router.helpers import Loop  # noqa: E402
-from tests.support.kafka import produce, read_messages  # noqa: E402
+from tests.support.kafka import produce, publish_many, read_messages  # noqa: E402
 from topology.flink.checkpoints import latest_checkpoint  # noqa: E402
 from topology.topics import Topics, ensure_topics  # noqa: E402
 from worx.scenario import Scenario  # noqa: E402
@@ -40,6 +40,16 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB_DOCS = 80
 PER_DOMAIN = 150
 ORDER = ["legal", "biomedical", "scripture"]
+# values no runtime may route: each must come out as one dead letter, the stream going on
+HOSTILE = [
+    b"not json",
+    b"",
+    b"[1, 2]",
+    b'{"doc_id": 5, "text": "an id that is not a string"}',
+    b'{"doc_id": "h-no-text"}',
+    b"\xff\xfe\x00 not utf-8",
+    b'{"doc_id": "h-deep", "text": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+]
 
 
 def nmi(labels: list, clusters: list) -> float:
@@ -135,9 +145,11 @@ def _spread(conf: dict, topic: str, docs: list[Doc]) -> None:
     produce(conf, topic, docs[1::2], partition=1)
 
 
-def _read(conf: dict, topics: Topics, until, timeout_s: float = 240.0):
-    """(routed doc ids, jobs by id, latest domain rows) once ``until(ids, jobs, rows)``."""
+def _read(conf: dict, topics: Topics, until, timeout_s: float = 240.0, dead=None):
+    """(routed doc ids, jobs by id, latest domain rows) once ``until(ids, jobs, rows)``;
+    the dead letters read go into ``dead`` (a list) when given."""
     state: dict = {"ids": set(), "jobs": {}, "domains": {}, "n": 0}
+    dead = [] if dead is None else dead
 
     def done(messages) -> bool:
         for msg in messages[state["n"] :]:
@@ -151,10 +163,12 @@ def _read(conf: dict, topics: Topics, until, timeout_s: float = 240.0):
                 held = state["domains"].get(row.domain_id)
                 if held is None or row.version >= held.version:
                     state["domains"][row.domain_id] = row
+            elif msg.topic() == topics.dlq:
+                dead.append(DeadLetter.from_json(msg.value(), strict=False))
         state["n"] = len(messages)
         return until(state["ids"], state["jobs"], state["domains"])
 
-    read_messages(conf, [topics.routed, topics.train, topics.domains], done, timeout_s)
+    read_messages(conf, [topics.routed, topics.train, topics.domains, topics.dlq], done, timeout_s)
     return state["ids"], state["jobs"], state["domains"]
 
 
@@ -193,15 +207,21 @@ def runs(broker, tmp_path_factory) -> dict:
     topics = Topics("flink-p1")
     ensure_topics(conf, prefix=topics.prefix, partitions=2)
     job = FlinkRun(broker.bootstrap_servers, topics.prefix, tmp_path_factory.mktemp("p1"), 1)
+    publish_many(conf, topics.docs, [(f"h{i}", value) for i, value in enumerate(HOSTILE)])
     _spread(conf, topics.docs, docs)
     job.start()
+    dead: list[DeadLetter] = []
     try:
-        seen, jobs, rows = _read(conf, topics, complete)
+        seen, jobs, rows = _read(
+            conf, topics, lambda s, j, r: complete(s, j, r) and len(dead) >= len(HOSTILE),
+            dead=dead,
+        )  # fmt: skip
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n--- worx flink run:\n{job.log_tail()}") from None
     finally:
         job.stop()
     out["p1"] = {"ids": seen, "jobs": jobs, "assignment": _assignment(rows, vectors)}
+    out["dead"] = dead
 
     # parallelism 2: both partitions; SIGKILL after the first job, restart from a checkpoint
     topics = Topics("flink-p2")
@@ -248,6 +268,17 @@ def test_flink_finds_the_plain_runtimes_domains_and_loses_no_document(runs):
     assert set(p1["jobs"]) == set(runs["ref_jobs"])  # the same jobs, under the same ids
     per_domain = _one_job_per_domain(p1["jobs"])
     assert len(per_domain) == len(ORDER) and set(per_domain.values()) == {1}
+
+
+def test_flink_dead_letters_what_it_cannot_route_and_goes_on(runs):
+    dead = runs["dead"]
+    assert len(dead) == len(HOSTILE)  # one each: none lost, none twice
+    assert {d.source_topic for d in dead} == {"flink-p1.docs"}
+    assert {d.stage for d in dead} == {"route"}
+    assert all(d.reason and d.detail for d in dead)
+    originals = sorted(d.original() for d in dead)
+    assert originals == sorted(HOSTILE)  # each with its own bytes
+    assert runs["p1"]["ids"] >= runs["ids"]  # the documents around them all routed
 
 
 def test_flink_killed_mid_stream_restarts_from_its_checkpoint(runs):
