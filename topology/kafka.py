@@ -62,10 +62,12 @@ def require_reachable(
 
 
 def partition_count(conf: dict[str, Any], topic: str, timeout_s: float = 10.0) -> int | None:
-    """How many partitions ``topic`` has (None: it does not exist or did not answer)."""
+    """How many partitions ``topic`` has (None: it does not exist or did not answer).
+    Asks for every topic: a request naming one makes a broker that auto-creates topics
+    create it."""
     admin = AdminClient({**conf, "log_level": 0})
     try:
-        meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        meta = admin.list_topics(timeout=timeout_s).topics.get(topic)
     except KafkaException:
         return None
     if meta is None or meta.error is not None or not meta.partitions:

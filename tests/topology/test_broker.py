@@ -7,6 +7,7 @@ import textwrap
 from confluent_kafka.admin import AdminClient
 
 from topology.broker import EmbeddedBroker
+from topology.kafka import partition_count
 from topology.topics import TOPICS, Topics, ensure_topics
 
 
@@ -26,6 +27,8 @@ def test_topics_are_created_once_with_their_policies(kafka_conf):
     for spec in TOPICS:
         expected = 3 if spec.partitioned else 1
         assert len(metadata.topics[f"cfgtest.{spec.suffix}"].partitions) == expected
+    assert partition_count(kafka_conf, "cfgtest.docs") == 3  # what Flink's discover merges
+    assert partition_count(kafka_conf, "cfgtest.no-such-topic", timeout_s=5) is None
 
 
 def test_broker_dies_with_its_parent(tmp_path):
@@ -33,6 +36,7 @@ def test_broker_dies_with_its_parent(tmp_path):
         """
         import sys, time
         from topology.broker import EmbeddedBroker
+from topology.kafka import partition_count
         b = EmbeddedBroker().start()
         print(b.process.pid, flush=True)
         time.sleep(60)
