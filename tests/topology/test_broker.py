@@ -36,7 +36,6 @@ def test_broker_dies_with_its_parent(tmp_path):
         """
         import sys, time
         from topology.broker import EmbeddedBroker
-from topology.kafka import partition_count
         b = EmbeddedBroker().start()
         print(b.process.pid, flush=True)
         time.sleep(60)
