@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from router.allocator import keep_freed_memory
 from router.features import _ASCII_CLASSES, _M1, _M2, _S33, _SHAPE_SALT, _WORD, _WORD_SALT
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ def embed_batch(embedder: HashedTfidfEmbedder, texts: list[str]) -> np.ndarray:
         If a text holds a lone surrogate in its first ``max_chars`` characters (as
         ``embed_one`` does).
     """
+    keep_freed_memory()  # a batch's temporaries are reused, not page-faulted in anew
     dim = embedder.dim
     out = np.zeros((len(texts), dim), dtype=np.float32)  # (N, dim)
     contents = normalise_texts(texts, embedder.max_chars)

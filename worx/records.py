@@ -49,7 +49,13 @@ import math
 import sys
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, ClassVar, Self
+
+try:  # optional: the fast decode path (Record.from_json falls back to json for anything else)
+    import orjson
+except ImportError:  # pragma: no cover - the standard library decodes the same, slower
+    orjson = None
 
 MAX_INT = 2**63 - 1  # every int in a record fits int64 (Kafka offsets, timestamps)
 MAX_ITEMS = 1_000_000  # items of one list or dict
@@ -158,6 +164,9 @@ class Record:
     @classmethod
     def from_json(cls, raw: bytes | str | None, *, strict: bool = True) -> Self:
         """Decode one record from JSON bytes; raises only :class:`RecordError`."""
+        plain = _plain_decode(cls, raw)
+        if plain is not None:
+            return plain
         name = cls.__name__
         if not raw:
             raise RecordError(f"{name}: empty value (a tombstone?)", reason="empty")
@@ -216,6 +225,104 @@ class Record:
         record = cls(**values)
         record.check()
         return record
+
+
+def _plain_decode(cls: type[Record], raw: bytes | str | None) -> Any:
+    """The record of ``raw`` when it is plainly valid, else None (then the full decode
+    says what is wrong, and why). Plainly valid: orjson parses it (stricter than json: no
+    NaN, lone surrogate or integer past 64 bits), it holds this class's version and only
+    fields the class declares, each a flat value its hint accepts (:func:`_plain_check`:
+    what :func:`check_value` accepts, without nesting), and :meth:`Record.check` passes.
+    Such a body decodes to the same record by either path; a few times faster this way."""
+    if orjson is None or not raw or len(raw) > MAX_JSON_BYTES:
+        return None
+    plan = _plain_plan(cls)
+    if plan is None:
+        return None
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(body) is not dict:
+        return None
+    version = body.get("schema_version")
+    if type(version) is not int or version != cls.SCHEMA_VERSION:
+        return None
+    fields, required = plan
+    values = {}
+    for field_name, plain in fields.items():
+        if field_name in body:
+            value = body[field_name]
+            if not plain(value):
+                return None
+            values[field_name] = value
+        elif field_name in required:
+            return None
+    if len(values) + 1 != len(body):  # a field this class does not declare
+        return None
+    try:
+        record = cls(**values)
+        record.check()
+    except Exception:  # the full decode raises it with its reason
+        return None
+    return record
+
+
+@functools.cache
+def _plain_plan(cls: type) -> tuple[dict[str, Callable[[Any], bool]], frozenset[str]] | None:
+    """Each field's :func:`_plain_check` and the required fields; None if a hint has none."""
+    hints = _hints(cls)
+    checks = {name: _plain_check(hints[name]) for name in _fields(cls)}
+    if any(check is None for check in checks.values()):
+        return None
+    return checks, _required(cls)  # type: ignore[return-value]
+
+
+def _plain_int(value: Any) -> bool:
+    return type(value) is int and -MAX_INT - 1 <= value <= MAX_INT
+
+
+def _plain_float(value: Any) -> bool:
+    return (type(value) is float and math.isfinite(value)) or _plain_int(value)
+
+
+def _plain_str(value: Any) -> bool:
+    return type(value) is str and len(value) <= MAX_STRING_CHARS
+
+
+def _plain_check(hint: Any) -> Callable[[Any], bool] | None:
+    """A predicate for ``hint`` that is True only where :func:`check_value` passes: for
+    str, int, float, bool, optional ones and lists or str-keyed dicts of them; else None."""
+    scalar = {str: _plain_str, int: _plain_int, float: _plain_float}.get(hint)
+    if scalar is not None:
+        return scalar
+    if hint is bool:
+        return lambda value: type(value) is bool
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        concrete = [a for a in args if a is not type(None)]
+        inner = _plain_check(concrete[0]) if len(concrete) == 1 else None
+        if inner is None or len(args) != 2:
+            return None
+        return lambda value: value is None or inner(value)
+    if origin is list and len(args) == 1:
+        item = _plain_check(args[0])
+        if item is None or typing.get_origin(args[0]) is not None:
+            return None
+        return lambda value: (
+            type(value) is list and len(value) <= MAX_ITEMS and all(map(item, value))
+        )
+    if origin is dict and len(args) == 2 and args[0] is str:
+        item = _plain_check(args[1])
+        if item is None or typing.get_origin(args[1]) is not None:
+            return None
+        return lambda value: (
+            type(value) is dict
+            and len(value) <= MAX_ITEMS
+            and all(map(_plain_str, value))
+            and all(map(item, value.values()))
+        )
+    return None
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})  # immutable: asdict would not copy
