@@ -5,7 +5,11 @@ JSON bytes) to a fresh ``<prefix>.docs`` on an embedded broker (or ``bootstrap_s
 spread over ``parallelism`` partitions, runs the job route-only (docs -> route ->
 worx.routed, no discover: the figure is the route stage's) on a local mini-cluster and
 times it from the first routed record to the last, so the 12-15 s start-up is left out.
-CPU is the job's processes' (the JVM and its Python workers) over that window.
+CPU is the job's processes' (the JVM and its Python workers) over that window: the job
+runs its Python workers as processes (``topology.flink_job.create_environment``; PyFlink's
+local default, "loopback", runs them as threads of this process, uncounted). The route
+stage routes against ``domains`` (the standalone run: bench/stream.py's table, one row per
+bundled label, and its documents).
 
 Figures: ``route_docs_per_s`` (the whole job), ``route_docs_per_s_per_worker`` (that over
 the parallelism), ``cpu_us_per_doc`` (JVM + Python workers), ``python_cpu_us_per_doc``,
@@ -35,6 +39,7 @@ import psutil  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 
 from ingest.records import Doc  # noqa: E402
+from router.records import DomainRecord  # noqa: E402
 from topology.topics import Topics, ensure_topics  # noqa: E402
 
 
@@ -73,8 +78,11 @@ def flink_route_figures(
     parallelism: int,
     bootstrap_servers: str | None = None,
     timeout_s: float = 600.0,
+    domains: Iterable[DomainRecord] = (),
 ) -> dict:
-    """Route docs/s and CPU us/doc of the Flink job at ``parallelism`` on ``messages``."""
+    """Route docs/s and CPU us/doc of the Flink job at ``parallelism`` on ``messages``,
+    routing against ``domains`` (published to ``<prefix>.domains`` before the job starts:
+    the route instances take them as broadcast state)."""
     from router.config import RouterConfig
     from topology.broker import EmbeddedBroker
     from topology.flink.checkpoints import as_uri
@@ -92,6 +100,8 @@ def flink_route_figures(
     topics = Topics(f"bench-{uuid.uuid4().hex[:8]}")
     ensure_topics(conf, prefix=topics.prefix, partitions=parallelism)
     producer = Producer(conf)
+    for row in domains:  # before the documents (the job reads both topics at once)
+        producer.produce(topics.domains, row.to_json(), key=row.domain_id)
     for i, (key, value) in enumerate(values):
         producer.produce(topics.docs, value, key=key, partition=i % parallelism)
         producer.poll(0)
@@ -151,14 +161,12 @@ def flink_route_figures(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docs", type=int, default=20_000)
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    from worx.scenario import Scenario
+    from stream import corpus_messages  # bench/stream.py: its documents and its table
 
-    mixed = Scenario.from_directory().mixture(args.docs, seed=args.seed)
-    docs = [Doc(doc_id=f"{d.doc_id}-{i}", text=d.text, label=d.domain) for i, d in enumerate(mixed)]
+    docs, rows = corpus_messages(args.docs)
     load_before = os.getloadavg()
-    figures = {f"flink_p{p}": flink_route_figures(docs, p) for p in (1, 2)}
+    figures = {f"flink_p{p}": flink_route_figures(docs, p, domains=rows) for p in (1, 2)}
     figures["note"] = {
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],

@@ -187,6 +187,12 @@ def build(env: Any, router_config: Any, options: FlinkJobOptions) -> Any:
 def create_environment(options: FlinkJobOptions) -> Any:
     from pyflink.datastream import StreamExecutionEnvironment
 
+    if options.remote is None:
+        # PyFlink's default on a local mini-cluster is "loopback": every Python worker a
+        # thread of this process, so N route instances share one interpreter lock (p2 ran
+        # no faster than p1). "process": one Python worker process per task, as on a
+        # cluster's TaskManagers.
+        os.environ.setdefault("_python_worker_execution_mode", "process")
     env = StreamExecutionEnvironment.get_execution_environment(flink_configuration(options))
     env.set_python_executable(options.python_executable)
     env.set_parallelism(options.parallelism)
