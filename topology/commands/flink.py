@@ -70,17 +70,30 @@ def _job_arguments(parser: argparse.ArgumentParser) -> None:
         default=500,
         help="discover inputs journalled between two snapshots of its state (default 500)",
     )
+    parser.add_argument(
+        "--order-idle-ms",
+        type=int,
+        default=5_000,
+        help="discover stops waiting for a worx.docs partition that has been silent this "
+        "long (default 5000; docs/deployment.md 'Parallelism does not change the result')",
+    )
 
 
 def _options(args: argparse.Namespace, config, servers: str):
     from topology.flink.checkpoints import as_uri, latest_checkpoint
     from topology.flink_job import FlinkJobOptions
 
-    if args.parallelism < 1 or args.checkpoint_interval_ms < 100 or args.compact_every < 1:
+    if (
+        args.parallelism < 1
+        or args.checkpoint_interval_ms < 100
+        or args.compact_every < 1
+        or args.order_idle_ms < 0
+    ):
         from worx.errors import UserError
 
         raise UserError(
-            "--parallelism and --compact-every must be >= 1, --checkpoint-interval-ms >= 100",
+            "--parallelism and --compact-every must be >= 1, --checkpoint-interval-ms >= 100, "
+            "--order-idle-ms >= 0",
             "pass valid values",
         )
     checkpoints = as_uri(args.checkpoint_dir or Path(config.data_dir) / "flink" / "checkpoints")
@@ -97,6 +110,7 @@ def _options(args: argparse.Namespace, config, servers: str):
         checkpoint_interval_ms=args.checkpoint_interval_ms,
         restore=restore,
         compact_every=args.compact_every,
+        order_idle_ms=args.order_idle_ms,
         client=dict(config.kafka.client),
     )
 
