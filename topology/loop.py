@@ -105,11 +105,8 @@ def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
         name="run-domains",
         lookup=lambda row: saved.table.get(row.domain_id),
     ).start()
-    if options.runtime == "flink":  # route + discover as one PyFlink job (mini-cluster)
-        supervisor.start(ChildSpec("flink", worx_argv("flink", "run")))
-    else:
-        supervisor.start(ChildSpec("route", worx_argv("route")))
-        supervisor.start(ChildSpec("discover", worx_argv("discover")))
+    for spec in route_and_discover(options.runtime):
+        supervisor.start(spec)
     supervisor.start(
         ChildSpec("trainer", worx_argv("trainer", "--no-progress"), env=options.trainer_env)
     )
@@ -127,6 +124,19 @@ def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
         argv.append("--baseline" if options.baseline else "--no-baseline")
         supervisor.start(ChildSpec("monitor", worx_argv(*argv)))
     return RunningLoop(supervisor, watcher, dashboard_url, serve_url, time.monotonic(), domains)
+
+
+def route_and_discover(runtime: str) -> list[ChildSpec]:
+    """The processes that route and discover: two plain Kafka loops, or one PyFlink job on
+    a mini-cluster (``worx flink run``: a JVM and its Python workers in its process group)."""
+    if runtime == "flink":
+        # SIGTERM to the client alone: it cancels the job, then the JVM ends (a SIGTERM to
+        # the whole group kills the JVM under the client, which then fails to cancel)
+        flink = worx_argv("flink", "run")
+        return [ChildSpec("flink", flink, term_leader_only=True, stop_timeout_s=30.0)]
+    if runtime != "plain":
+        raise ValueError(f"unknown runtime {runtime!r}: plain or flink")
+    return [ChildSpec("route", worx_argv("route")), ChildSpec("discover", worx_argv("discover"))]
 
 
 def watch_live(

@@ -43,6 +43,11 @@ class ChildSpec:
     restart: bool = True  # restart when it exits non-zero (a crashed stage re-runs alone)
     max_restarts: int = 3
     oneshot: bool = False  # expected to exit by itself (e.g. an ingest replay)
+    # SIGTERM only the child, which stops its own processes first (the Flink client cancels
+    # its job, then its JVM and Python workers end); whatever of its group outlives the
+    # stop timeout is SIGKILLed either way
+    term_leader_only: bool = False
+    stop_timeout_s: float = 10.0  # at least this long between SIGTERM and SIGKILL
 
 
 @dataclass
@@ -126,28 +131,19 @@ class Supervisor:
 
     def stop(self, name: str, timeout_s: float = 10.0) -> None:
         child = self.children.get(name)
-        if child is None or child.process.poll() is not None:
+        if child is None:
             return
-        _signal_group(child.process, signal.SIGTERM)
-        try:
-            child.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            log.warning("%s ignored SIGTERM for %.0fs; killing it", name, timeout_s)
-            _signal_group(child.process, signal.SIGKILL)
-            child.process.wait()
+        _terminate(child)
+        _wait_or_kill(child, time.monotonic() + max(timeout_s, child.spec.stop_timeout_s))
 
     def stop_all(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM every child, then wait for each one's whole process group; SIGKILL what
+        is left of a group past its deadline (``timeout_s`` or the child's own, if longer)."""
+        started = time.monotonic()
         for child in self.children.values():
-            if child.process.poll() is None:
-                _signal_group(child.process, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
+            _terminate(child)
         for child in self.children.values():
-            remaining = max(0.1, deadline - time.monotonic())
-            try:
-                child.process.wait(timeout=remaining)
-            except subprocess.TimeoutExpired:
-                _signal_group(child.process, signal.SIGKILL)
-                child.process.wait()
+            _wait_or_kill(child, started + max(timeout_s, child.spec.stop_timeout_s))
 
     def pids(self) -> list[int]:
         return [child.process.pid for child in self.children.values()]
@@ -173,6 +169,45 @@ def rotate_log(path: Path, max_bytes: int, keep: int) -> bool:
         os.truncate(path, 0)
     except OSError as exc:
         log.warning("could not rotate %s: %s", path, exc)
+        return False
+    return True
+
+
+def _terminate(child: Child) -> None:
+    if child.process.poll() is not None:
+        return
+    if child.spec.term_leader_only:
+        child.process.send_signal(signal.SIGTERM)
+    else:
+        _signal_group(child.process, signal.SIGTERM)
+
+
+def _wait_or_kill(child: Child, deadline: float) -> None:
+    """Wait until the child and every process of its group ended; SIGKILL the group past
+    ``deadline`` (a stage's own subprocess, e.g. a JVM, must not outlive the loop)."""
+    try:
+        child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        log.warning("%s ignored SIGTERM; killing its process group", child.spec.name)
+        _signal_group(child.process, signal.SIGKILL)
+        child.process.wait()
+    while _group_alive(child.process.pid):
+        if time.monotonic() >= deadline:
+            log.warning("processes of %s outlived it; killing its process group", child.spec.name)
+            _signal_group(child.process, signal.SIGKILL)
+            deadline = time.monotonic() + 5.0  # for the kernel to end them (or: zombies)
+            while _group_alive(child.process.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return
+        time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # the group id was reused by another user's processes
         return False
     return True
 

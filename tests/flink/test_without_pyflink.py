@@ -21,6 +21,7 @@ pytestmark = pytest.mark.skipif(
         ["flink", "run"],
         ["flink", "submit", "--jobmanager", "h:8081"],
         ["demo", "--runtime", "flink"],
+        ["up", "--runtime", "flink"],  # before the missing kafka.bootstrap_servers
     ],
 )
 def test_flink_commands_without_pyflink_give_the_install_command(argv, tmp_path):

@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from experts.default_trunk import default_trunk_dir
     from experts.trunk import check_trunk_dir
     from topology import keep_serving, paths
+    from topology.cli_common import stop_on_sigterm
     from topology.config import load_config
     from topology.demo import DemoPlan, run_demo
     from topology.loop import StageFailed
@@ -119,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     plan.timeout_s = args.timeout
     plan.serve = not args.no_serve
     console = Console()
+    stop_on_sigterm()  # as Ctrl-C: every stage stopped, the summary of the run so far
     kept: list[keep_serving.FinishedRunServers] = []
 
     def serve_finished_run(loop, interrupted: bool) -> dict:

@@ -156,6 +156,7 @@ def run_local(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
         client.cancel().result()
+        print(f"worx flink: job {client.get_job_id()} cancelled", flush=True)
     return 0
 
 
