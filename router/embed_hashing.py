@@ -59,6 +59,7 @@ def _crc_table() -> np.ndarray:
 
 _CRC = _crc_table()
 _ASCII_WORD = np.array([bool(_WORD.fullmatch(chr(c))) for c in range(128)])  # (128,)
+_BYTE_WORD = np.concatenate([_ASCII_WORD, np.zeros(128, dtype=bool)])  # (256,)
 _RUN = np.zeros(128, dtype=bool)  # form symbols whose runs collapse (router.features)
 _RUN[[ord("a"), ord("A"), ord("0"), ord(" ")]] = True
 
@@ -162,19 +163,26 @@ def _word_codes(contents: list[str], data: np.ndarray, starts: np.ndarray) -> Pa
 
 
 def _word_bytes(contents: list[str], data: np.ndarray) -> np.ndarray:
-    """Whether each byte of ``data`` belongs to a character that ``\\w`` matches."""
-    if not (data >= 128).any():
-        return _ASCII_WORD[data]
-    # per character, then spread over its UTF-8 bytes
-    codes = np.frombuffer(_SEPARATOR.join(contents).encode("utf-32-le"), dtype=np.uint32)
-    word = np.zeros(codes.size, dtype=bool)  # (chars,)
-    low = codes < 128
-    word[low] = _ASCII_WORD[codes[low]]
-    wide = np.unique(codes[~low])
+    """Whether each byte of ``data`` (valid UTF-8) belongs to a character that ``\\w``
+    matches: ASCII by a table; each multi-byte character decoded from its bytes, tested
+    once per distinct code point, and spread over its bytes."""
+    word = _BYTE_WORD[data]  # (bytes,) False for every byte of a multi-byte character
+    high = np.flatnonzero(data >= 0x80)  # (H,) bytes of multi-byte characters
+    if not high.size:
+        return word
+    leads = high[data[high] >= 0xC0]  # (C,) the first byte of each such character
+    first = data[leads].astype(np.uint32)
+    width = 2 + (first >= 0xE0) + (first >= 0xF0)  # (C,) its UTF-8 length
+    code = first & (np.uint32(0x7F) >> width)
+    for k in range(1, 4):
+        more = width > k
+        follow = data[np.where(more, leads + k, leads)] & np.uint8(0x3F)
+        code = np.where(more, (code << np.uint32(6)) | follow, code)
+    wide, which = np.unique(code, return_inverse=True)
     wide_word = np.array([bool(_WORD.fullmatch(chr(c))) for c in wide.tolist()], dtype=bool)
-    word[~low] = wide_word[np.searchsorted(wide, codes[~low])]
-    width = 1 + (codes >= 0x80) + (codes >= 0x800) + (codes >= 0x10000)  # UTF-8 bytes each
-    return np.repeat(word, width)
+    owner = np.searchsorted(leads, high, side="right") - 1  # (H,) each byte's character
+    word[high] = wide_word[which][owner]
+    return word
 
 
 def _crc32_many(data: np.ndarray, first: np.ndarray, length: np.ndarray, salt: int) -> np.ndarray:

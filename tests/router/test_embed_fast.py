@@ -15,8 +15,8 @@ import pytest
 from ingest.records import Doc
 from router.config import RouterConfig
 from router.embed import HashedTfidfEmbedder, default_embedder
-from router.embed_hashing import _idf_index, embed_batch, normalise_texts
-from router.features import normalise_text
+from router.embed_hashing import _idf_index, _word_bytes, embed_batch, normalise_texts
+from router.features import _WORD, normalise_text
 from router.idf import IdfTable
 from router.records import DomainRecord
 from router.route import RouteStage
@@ -112,6 +112,14 @@ def test_whitespace_splits_as_the_regex_does_for_every_code_point():
         fast = normalise_texts([text], len(text))[0]
         assert fast == re.sub(r"\s+", " ", text.lower()).strip()
     assert normalise_texts(HOSTILE, 4000) == [normalise_text(t, 4000) for t in HOSTILE]
+
+
+def test_word_bytes_are_the_regex_s_for_every_code_point():
+    every = " ".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+    data = np.frombuffer(every.encode(), dtype=np.uint8)
+    word = np.array([bool(_WORD.fullmatch(ch)) for ch in every])  # (chars,)
+    width = np.array([len(ch.encode()) for ch in every])  # UTF-8 bytes of each
+    assert np.array_equal(_word_bytes([every], data), np.repeat(word, width))
 
 
 def test_the_idf_index_finds_what_the_sorted_table_finds(embedder):
