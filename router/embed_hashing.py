@@ -9,11 +9,15 @@ few dozen array operations per batch instead of ~150 small ones per text:
   of the batch at once, one byte position per step), the rolling n-gram hashes of every
   order (each order extends the previous one: ``G_n = G_{n-1} * P + byte``) and the form
   codes are computed over the whole batch; windows that cross two texts are dropped;
-- each (text, block) segment is sorted on its own, so the per-bucket sums of the one
-  ``bincount`` over the batch add the same terms in the same order as the per-text
-  ``bincount`` did (ascending feature hash); norms use the same ``ndarray.dot``;
-- the IDF of each feature is found through a 2**16-bucket index over the sorted IDF
-  table (a few gathers per feature instead of a binary search).
+- every occurrence's code becomes its feature hash and each (text, block) segment is
+  sorted on those hashes, so its distinct features come out ascending, as ``np.unique``'s
+  did, and the per-bucket sums of the one ``bincount`` over the batch add the same terms
+  in the same order as the per-text ``bincount`` did; norms use the same ``ndarray.dot``;
+- the IDF of each feature is found through an open-addressing hash table over the IDF
+  table (one gather for most features instead of a binary search).
+
+Its temporaries are a few MiB per batch: :func:`router.allocator.keep_freed_memory` keeps
+glibc from handing them back to the kernel after every batch.
 
 Only the hashed TF-IDF embedder uses it (:meth:`HashedTfidfEmbedder.embed`).
 
@@ -127,8 +131,7 @@ class Block(NamedTuple):
     """One of ``embed_one``'s feature blocks over the batch.
 
     ``parts`` hold each feature's *code*, a value that ``key`` (a bijection of uint64,
-    applied in place) turns into the feature hash ``embed_one`` uses: equal codes are equal
-    features, so counting happens on codes and ``key`` runs once per distinct feature.
+    applied in place) turns into the feature hash ``embed_one`` uses.
     """
 
     parts: list[Part]
