@@ -10,7 +10,9 @@ embedded broker (one partition, topics fresh per run):
   one call: :mod:`router.embed_hashing`);
 - ``plain_legacy``: the same worker with today's code path before that change kept
   runnable: one document at a time, ``HashedTfidfEmbedder(legacy=True)`` (``embed_one``,
-  bit for bit the same vectors), no ``process_batch``;
+  bit for bit the same vectors), no ``process_batch``, no allocator setting
+  (:mod:`router.allocator`: the batch embedder's); the record codecs (decoding the
+  ``Doc``, encoding the ``RoutedDoc``) are shared: both paths use the current ones;
 - ``faust``: ``worx stream --agents route`` (the route agent, batches of ``take_events``);
 - ``flink``: ``bench/stream_flink.py``'s ``flink_route_figures(messages, parallelism)``
   for parallelism 1 and 2 when that file exists (``messages``: the same list of
