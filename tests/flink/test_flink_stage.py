@@ -1,5 +1,5 @@
 """`worx flink run` as the loop supervises it (`worx up`/`worx demo --runtime flink`): it
-routes, its temporary files and checkpoints are in the run, and stopping it cancels the
+routes, its temporary files, checkpoints and JVM log are in the run, and stopping it cancels the
 job cleanly and leaves none of its processes (the client, the JVM, the Python workers).
 
 Runs in the Flink venv (README "Flink"); skipped where apache-flink is not installed.
@@ -72,3 +72,5 @@ def test_the_supervised_flink_stage_routes_and_stops_with_nothing_left(broker, t
     assert stage.process.returncode == 0 and "Traceback" not in log, log[-3000:]
     assert " cancelled" in log.splitlines()[-1], log[-3000:]  # by the client, JVM still up
     assert list((tmp_path / "flink" / "checkpoints").glob("*/shared"))  # the job's directory
+    (jvm_log,) = (tmp_path / "flink" / "log").glob("flink-*.log")  # not in pyflink's folder
+    assert "Job " in jvm_log.read_text(errors="replace")

@@ -116,9 +116,13 @@ def _options(args: argparse.Namespace, config, servers: str):
 
 
 def _contain_temp_files(data_dir: str) -> None:
-    """Point the JVM's and Python's temporary files into the run (not /tmp)."""
-    tmp = Path(data_dir).resolve() / "flink" / "tmp"
+    """Point the JVM's and Python's temporary files, and the JVM's log, into the run (not
+    /tmp, nor pyflink's own folder in the venv, where every run would overwrite it)."""
+    flink = Path(data_dir).resolve() / "flink"
+    tmp = flink / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
+    (flink / "log").mkdir(exist_ok=True)
+    os.environ.setdefault("FLINK_LOG_DIR", str(flink / "log"))
     os.environ["TMPDIR"] = str(tmp)
     os.environ["JVM_ARGS"] = f"{os.environ.get('JVM_ARGS', '')} -Djava.io.tmpdir={tmp}".strip()
 
