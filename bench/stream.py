@@ -14,9 +14,11 @@ embedded broker (one partition, topics fresh per run):
   (:mod:`router.allocator`: the batch embedder's); the record codecs (decoding the
   ``Doc``, encoding the ``RoutedDoc``) are shared: both paths use the current ones;
 - ``faust``: ``worx stream --agents route`` (the route agent, batches of ``take_events``);
-- ``flink``: ``bench/stream_flink.py``'s ``flink_route_figures(messages, parallelism)``
-  for parallelism 1 and 2 when that file exists (``messages``: the same list of
-  :class:`ingest.records.Doc`), its keys merged as ``flink_p<N>_<key>``.
+- ``flink``: ``bench/stream_flink.py``'s ``flink_route_figures(messages, parallelism,
+  domains=rows)`` for parallelism 1 and 2 when PyFlink is installed (the same
+  :class:`ingest.records.Doc` list and the same table; the job route-only, its Python
+  workers as processes), its keys merged as ``flink_p<N>_<key>``: run the bench with the
+  Flink venv's python to get them (README "Flink").
 
 Each worker is its own process, measured from outside: the bench reads ``<prefix>.routed``
 as it fills (the embedded broker's watermarks are not message counts) and samples the
@@ -301,14 +303,14 @@ def main(argv: list[str] | None = None) -> int:
         result["plain_cpu_ratio"] = round(
             result["plain_legacy_cpu_us_per_doc"] / result["plain_cpu_us_per_doc"], 2
         )
-    result.update(flink_figures(docs, args.no_flink))
+    result.update(flink_figures(docs, rows, args.no_flink))
     result["uptime_before"] = load_before
     result["uptime_after"] = uptime()
     print(json.dumps(result))
     return 0
 
 
-def flink_figures(docs: list[Doc], skip: bool) -> dict:
+def flink_figures(docs: list[Doc], rows: list[DomainRecord], skip: bool) -> dict:
     """``flink_p1_*`` and ``flink_p2_*`` from ``bench/stream_flink.py``, or why not."""
     if skip:
         return {"flink": None, "flink_reason": "--no-flink"}
@@ -326,7 +328,7 @@ def flink_figures(docs: list[Doc], skip: bool) -> dict:
     out: dict = {}
     for parallelism in (1, 2):
         try:
-            figures = flink_route_figures(docs, parallelism)
+            figures = flink_route_figures(docs, parallelism, domains=rows)
         except Exception as exc:  # the other columns are still worth printing
             log.exception("Flink at parallelism %d failed", parallelism)
             return {**out, "flink": None, "flink_reason": f"{type(exc).__name__}: {exc}"[:300]}
