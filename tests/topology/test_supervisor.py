@@ -1,16 +1,7 @@
-import os
 import sys
 
+from tests.support.processes import gone as _gone
 from topology.supervisor import ChildSpec, Supervisor
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] == "Z"
 
 
 def test_crashed_child_is_restarted_alone_and_all_stop(tmp_path):

@@ -1,11 +1,11 @@
 """A stage's own subprocesses (a Flink client's JVM and Python workers) end with it: stopping
 waits for the stage's whole process group and SIGKILLs what outlives the stop timeout."""
 
-import os
 import signal
 import sys
 import time
 
+from tests.support.processes import gone as _gone
 from topology.supervisor import ChildSpec, Supervisor
 
 # The stage: starts a grandchild in its process group, then on SIGTERM notes it and exits
@@ -29,15 +29,6 @@ signal.signal(signal.SIGTERM, lambda *_: (out / "grandchild-term").write_text(""
 (out / "grandchild-ready").write_text("")
 time.sleep(600)
 """
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] == "Z"
 
 
 def _start(sup: Supervisor, tmp_path, **spec) -> int:
