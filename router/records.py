@@ -18,12 +18,7 @@ from worx.checks import (
     check_topic,
     check_unit_vector,
 )
-from worx.records import MAX_ITEMS, Record, RecordError
-
-try:  # optional: a faster JSON encoder for the route stage's hot path
-    import orjson
-except ImportError:  # pragma: no cover - the standard library writes the same value, slower
-    orjson = None
+from worx.records import MAX_ITEMS, Record, RecordError, fast_json
 
 THRESHOLD = (-2.0, 2.0)  # a cosine threshold: [-1, 1] and the margins learned around it
 DISTANCE = (0.0, 2.0 + 1e-3)  # 1 - cosine
@@ -68,16 +63,7 @@ class RoutedDoc(Record):
         return self
 
     def to_json(self) -> bytes:
-        if orjson is not None:  # the same JSON value (a non-finite float is null in both)
-            try:
-                # orjson writes a dataclass's fields in order; the version is appended
-                return orjson.dumps(self)[:-1] + _ROUTED_VERSION_TAIL
-            except TypeError:  # e.g. a lone surrogate in the text: let json escape it
-                pass
-        return super().to_json()
-
-
-_ROUTED_VERSION_TAIL = b',"schema_version":%d}' % RoutedDoc.SCHEMA_VERSION
+        return fast_json(self) or super().to_json()
 
 
 @dataclass(frozen=True)

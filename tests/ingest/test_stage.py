@@ -59,12 +59,12 @@ BAD_INPUTS = [
 @pytest.fixture(params=["orjson", "stdlib"])
 def codec(request, monkeypatch):
     """Run with the optional orjson fast path and without it (as where it is not installed)."""
-    import ingest.records
     import ingest.stage
+    import worx.records
 
     if request.param == "stdlib":
         monkeypatch.setattr(ingest.stage, "orjson", None)
-        monkeypatch.setattr(ingest.records, "orjson", None)
+        monkeypatch.setattr(worx.records, "orjson", None)  # the records' codec paths
     elif ingest.stage.orjson is None:
         pytest.skip("orjson is not installed")
     return request.param
