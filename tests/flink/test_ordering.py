@@ -45,7 +45,8 @@ def _run(arrivals: list[Held], merge: LaneMerge | None = None) -> list[int]:
     for held in arrivals:
         merge.add(held, now_ms=0)
         order += [h.entry["i"] for h in merge.ready(now_ms=0)]
-    return order + [h.entry["i"] for h in merge.flush()]
+    # the stream ends: once every lane has been silent for idle_ms, all of it goes
+    return order + [h.entry["i"] for h in merge.ready(now_ms=merge.idle_ms)]
 
 
 def test_every_interleaving_of_the_partitions_gives_one_order():

@@ -114,10 +114,6 @@ class LaneMerge:
             out.append(self._pop_lowest())
         return out
 
-    def flush(self) -> list[Held]:
-        """Everything held, in merge order (when the job is told to drain)."""
-        return [self._pop_lowest() for _ in range(self.held)]
-
     def holding(self) -> list[Held]:
         return [held for queue in self.queues.values() for held in queue]
 
