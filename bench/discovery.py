@@ -263,6 +263,60 @@ def run_from_scratch(
     }
 
 
+def run_mixed(
+    scenario: Scenario,
+    config: RouterConfig,
+    embedder,
+    n: int,
+    seed: int,
+    progress: bool,
+    interleave: int = 0,
+    lag: int = 0,
+) -> dict:
+    """A company-shaped stream (:meth:`Scenario.company`: Zipf-like frequencies, many kinds
+    from the start, some joining later, some fading and coming back) from an empty table."""
+    pipe = Pipeline(config, embedder, interleave=interleave, lag=lag, seed=seed)
+    stream = list(scenario.company(n, seed=seed))
+    for doc in tqdm(stream, desc="company mixture", disable=not progress, mininterval=2):
+        pipe.feed(doc)
+    pipe.flush()
+    labels = [d.domain for d in stream]
+    vectors = embedder.embed([d.text for d in stream])
+    nmi, purity = nmi_purity(labels, pipe.final_assignment(vectors, thresholds=False))
+    counts = Counter(labels)
+    hints = {row.domain_id: row.label_hint for row in pipe.discover.table.rows()}
+    promoted_at: dict[str, int] = {}  # label -> position of its first domain's promotion
+    spurious = 0
+    for seq, ev in pipe.events:
+        if ev.detector != "promotion":
+            continue
+        label = hints.get(ev.domain_id)
+        if label in promoted_at:
+            spurious += 1
+        else:
+            promoted_at[label] = seq
+    delays = {}
+    for label in counts:
+        until = promoted_at.get(label, len(stream))
+        delays[label] = sum(1 for d in stream[:until] if d.domain == label)
+    rare = [label for label, c in counts.items() if c < 0.02 * len(stream)]
+    return {
+        "mixed_docs": len(stream),
+        "mixed_nmi": nmi,
+        "mixed_purity": purity,
+        "mixed_domains_found": len(hints),
+        "mixed_labels": len(counts),
+        "mixed_spurious": spurious,
+        "mixed_max_delay_docs": max(delays.values()),
+        "mixed_delay_docs": dict(sorted(delays.items())),
+        "mixed_missing": sorted(set(counts) - set(promoted_at)),
+        "mixed_split": sorted(k for k, c in Counter(hints.values()).items() if c > 1),
+        "mixed_rare_labels": len(rare),
+        "mixed_rare_found": sum(1 for r in rare if r in promoted_at) / max(1, len(rare)),
+        "mixed_jobs": len(pipe.jobs),
+    }
+
+
 def route_throughput(
     scenario: Scenario, config: RouterConfig, embedder, table, n: int = 2000, batch: int = 500
 ) -> float:
@@ -276,6 +330,37 @@ def route_throughput(
         chunk = docs[first : first + batch]
         stage.process_batch([msg] * len(chunk), chunk)
     return n / (time.perf_counter() - start)
+
+
+def route_cost_by_table_size(
+    scenario: Scenario, config: RouterConfig, embedder, table, small: int = 7, repeats: int = 3
+) -> dict:
+    """Route CPU per document with the whole final table beside the same documents routed
+    against its first ``small`` domains (by id), in one run: does the cost grow with N?
+    Medians of ``repeats`` alternating runs of ``process_batch`` (process CPU time)."""
+    from router.table import DomainTable
+
+    rows = table.rows()
+    few = DomainTable(dim=embedder.dim)
+    for row in rows[:small]:
+        few.apply(row)
+    docs = [Doc(doc_id=d.doc_id, text=d.text) for d in scenario.mixture(1500, seed=98)]
+    msg = Message(b"", topic="bench.docs", partition=0, offset=0)
+    runs: dict[int, list[float]] = {len(rows): [], min(small, len(rows)): []}
+    for _ in range(repeats):
+        for size, held in ((len(rows), table), (min(small, len(rows)), few)):
+            stage = RouteStage(config, table=held, embedder=embedder)
+            start = time.process_time()
+            for first in range(0, len(docs), 500):
+                chunk = docs[first : first + 500]
+                stage.process_batch([msg] * len(chunk), chunk)
+            runs[size].append(1e6 * (time.process_time() - start) / len(docs))
+    out = {f"route_cpu_us_per_doc_n{size}": float(np.median(v)) for size, v in runs.items()}
+    out["route_cpu_ratio_n_all_over_n_small"] = (
+        out[f"route_cpu_us_per_doc_n{len(rows)}"]
+        / out[f"route_cpu_us_per_doc_n{min(small, len(rows))}"]
+    )
+    return out
 
 
 def compare_river_clusterers(scenario: Scenario, embedder, seed: int) -> dict:
@@ -370,41 +455,79 @@ def compare_detectors(config: RouterConfig, seeds: int = 3) -> dict:
 
 def measure(scenario: Scenario, config: RouterConfig, embedder, args) -> dict:
     progress = not args.no_progress
-    phased = run_phased(
-        scenario,
-        config,
-        embedder,
-        args.per_domain,
-        args.mixture,
-        args.seed,
-        progress,
-        args.interleave,
-        args.lag,
-    )
-    pipe = phased.pop("pipeline")
-    stationary = run_stationary(scenario, pipe, args.stationary, args.seed, not args.no_progress)
-    speed = route_throughput(scenario, config, embedder, pipe.route.table)
-    scratch = {}
-    if args.scratch:
-        scratch = run_from_scratch(
-            scenario, config, embedder, args.scratch, args.seed, progress, args.interleave, args.lag
+    out: dict = {}
+    if args.only in (None, "phased"):
+        phased = run_phased(
+            scenario,
+            config,
+            embedder,
+            args.per_domain,
+            args.mixture,
+            args.seed,
+            progress,
+            args.interleave,
+            args.lag,
         )
-    return {**phased, **stationary, **scratch, "route_docs_per_s": speed}
+        pipe = phased.pop("pipeline")
+        out.update(phased)
+        out.update(run_stationary(scenario, pipe, args.stationary, args.seed, progress))
+        out["route_docs_per_s"] = route_throughput(scenario, config, embedder, pipe.route.table)
+        out.update(route_cost_by_table_size(scenario, config, embedder, pipe.route.table))
+    if args.scratch and args.only in (None, "scratch"):
+        out.update(
+            run_from_scratch(
+                scenario,
+                config,
+                embedder,
+                args.scratch,
+                args.seed,
+                progress,
+                args.interleave,
+                args.lag,
+            )
+        )
+    if args.mixed and args.only in (None, "mixed"):
+        out.update(
+            run_mixed(
+                scenario,
+                config,
+                embedder,
+                args.mixed,
+                args.seed,
+                progress,
+                args.interleave,
+                args.lag,
+            )
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--corpus",
-        type=Path,
         default=None,
-        help="directory of labelled *.jsonl[.gz] (default: data/corpus)",
+        help="directory of labelled *.jsonl[.gz], or a preset: 'many' (the trunk's two "
+        "domains and data/corpus_many's 40) (default: data/corpus)",
     )
     parser.add_argument("--per-domain", type=int, default=600, help="docs per phase (cap)")
     parser.add_argument("--mixture", type=int, default=2000, help="docs of the final mixture")
     parser.add_argument("--stationary", type=int, default=20000, help="stationary stream docs")
     parser.add_argument(
         "--scratch", type=int, default=3000, help="docs of a mixture from an empty table (0: skip)"
+    )
+    parser.add_argument(
+        "--mixed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N docs of a company-shaped stream from an empty table (mixed_* keys; 0: skip)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=["phased", "mixed", "scratch"],
+        default=None,
+        help="run one scenario alone (iterating on it); phased includes the stationary stream",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -474,13 +597,16 @@ def main(argv: list[str] | None = None) -> int:
         base = measure(scenario, config, plain, args)
         for key in (
             "nmi",
+            "scratch_nmi",
+            "mixed_nmi",
             "purity",
             "max_detection_delay_docs",
             "spurious_domains_stationary",
             "false_drift_stationary",
             "route_docs_per_s",
         ):
-            result[f"baseline_{key}"] = base[key]
+            if key in base:
+                result[f"baseline_{key}"] = base[key]
     if args.compare:
         result.update(compare_river_clusterers(scenario, default_embedder(config), args.seed))
         result.update(compare_detectors(config))

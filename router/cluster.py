@@ -103,21 +103,50 @@ class NoveltyClusterer:
         self.min_split = min_split  # ...when the smaller half has at least this share
         self.coarse_knn = coarse_knn
         self.min_group = max(5, min_size // 4)  # smallest group reported (to be absorbed)
-        self.vectors = np.zeros((0, dim), dtype=np.float32)  # (n, dim)
         self.items: list[dict[str, Any]] = []  # per buffered doc: doc_id, label, position...
         self._previous: list[tuple[frozenset[str], int]] = []  # last run's cores: ids, stable
+        # rows [0, n) hold the buffer; allocated ahead so that adding a document costs one
+        # row of cosines, O(n * dim), not a copy of the buffer
+        self._vectors = np.zeros((0, dim), dtype=np.float32)  # (allocated, dim)
+        self._sims = np.zeros((0, 0), dtype=np.float32)  # (allocated, allocated) cosines
 
     def __len__(self) -> int:
         return len(self.items)
 
+    @property
+    def vectors(self) -> np.ndarray:
+        """The buffered documents' vectors, ``(n, dim)`` (a view: do not keep it)."""
+        return self._vectors[: len(self.items)]
+
     def add(self, vector: np.ndarray, item: dict[str, Any]) -> None:
-        """Buffer one novel document (``item`` must hold a unique ``doc_id``)."""
-        self.vectors = np.vstack([self.vectors, vector[None, :].astype(np.float32)])  # (n+1, dim)
+        """Buffer one novel document (``item`` must hold a unique ``doc_id``). Beyond
+        ``capacity`` the oldest are dropped at the next :meth:`run`."""
+        n = len(self.items)
+        if n == self._vectors.shape[0]:
+            self._grow(max(64, 2 * n))
+        row = vector.astype(np.float32)
+        self._vectors[n] = row
+        cosines = self._vectors[:n] @ row  # (n,)
+        self._sims[n, :n] = cosines
+        self._sims[:n, n] = cosines
+        self._sims[n, n] = 1.0
         self.items.append(item)
-        if len(self.items) > self.capacity:
-            drop = len(self.items) - self.capacity
-            self.vectors = self.vectors[drop:]
-            self.items = self.items[drop:]
+
+    def _grow(self, allocated: int) -> None:
+        n = len(self.items)
+        vectors = np.zeros((allocated, self.dim), dtype=np.float32)
+        vectors[:n] = self._vectors[:n]
+        sims = np.zeros((allocated, allocated), dtype=np.float32)
+        sims[:n, :n] = self._sims[:n, :n]
+        self._vectors, self._sims = vectors, sims
+
+    def _keep(self, keep: list[int] | np.ndarray) -> None:
+        """Keep only the buffer positions ``keep`` (ascending), in that order."""
+        keep = np.asarray(keep, dtype=np.int64)
+        m = keep.size
+        self._vectors[:m] = self._vectors[keep]
+        self._sims[:m, :m] = self._sims[np.ix_(keep, keep)]
+        self.items = [self.items[i] for i in keep.tolist()]
 
     def expire(self, oldest_seq: int) -> int:
         """Drop documents whose ``seq`` is below ``oldest_seq``; returns how many."""
@@ -131,8 +160,7 @@ class NoveltyClusterer:
         gone = set(positions)
         keep = [i for i in range(len(self.items)) if i not in gone]
         taken = [self.items[i] for i in sorted(gone)]
-        self.vectors = self.vectors[keep]
-        self.items = [self.items[i] for i in keep]
+        self._keep(keep)
         return taken
 
     def run(self) -> list[Candidate]:
@@ -142,8 +170,10 @@ class NoveltyClusterer:
         (those of at least ``min_group`` documents): the caller may hand a part that
         belongs to a known domain back to it, and judge the rest on its own.
         """
+        if len(self.items) > self.capacity:  # the oldest go first
+            self._keep(np.arange(len(self.items) - self.capacity, len(self.items)))
         n = len(self.items)
-        sims = self.vectors @ self.vectors.T  # (n, n)
+        sims = self._sims[:n, :n].copy()  # (n, n)
         np.fill_diagonal(sims, -np.inf)
         cores = [(m, self._split(m)) for m in self._cores(sims, np.arange(n), self.knn)]
         if self.coarse_knn > self.knn:
@@ -178,11 +208,7 @@ class NoveltyClusterer:
         if r < self.min_size or k < 2:
             return []
         neighbours = np.argpartition(-sims, k, axis=1)[:, :k]  # (r, k)
-        adjacency = np.zeros((r, r), dtype=np.float32)  # (r, r) 1 where j is among i's kNN
-        adjacency[np.repeat(np.arange(r), k), neighbours.ravel()] = 1.0
-        shared = adjacency @ adjacency.T  # (r, r) neighbours in common
-        links = (adjacency > 0) & (adjacency.T > 0) & (shared >= self.shared * k)
-        roots = _components(r, np.argwhere(np.triu(links)))
+        roots = _components(r, _shared_links(neighbours, self.shared * k))
         cores = []
         for root in np.unique(roots):
             members = np.flatnonzero(roots == root)
@@ -241,10 +267,16 @@ class NoveltyClusterer:
 
     def restore(self, state: dict[str, Any]) -> None:
         raw = base64.b64decode(state["vectors_f32le_b64"])
-        self.vectors = np.frombuffer(raw, dtype="<f4").astype(np.float32).reshape(-1, self.dim)
-        self.items = list(state["items"])
-        if len(self.items) != self.vectors.shape[0]:
+        vectors = np.frombuffer(raw, dtype="<f4").astype(np.float32).reshape(-1, self.dim)
+        items = list(state["items"])
+        if len(items) != vectors.shape[0]:
             raise ValueError("corrupt clusterer snapshot: items and vectors differ in count")
+        self.items = []
+        self._vectors = np.zeros((0, self.dim), dtype=np.float32)
+        self._sims = np.zeros((0, 0), dtype=np.float32)
+        self._grow(max(64, len(items)))
+        for vector, item in zip(vectors, items, strict=True):
+            self.add(vector, item)
         self._previous = [(frozenset(ids), int(n)) for ids, n in state["previous"]]
 
 
@@ -254,6 +286,29 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / max(1, len(a | b))
+
+
+def _shared_links(neighbours: np.ndarray, min_shared: float) -> np.ndarray:
+    """Edges ``(e, 2)`` (i < j) of the shared-nearest-neighbour graph: i and j each among
+    the other's neighbours (``neighbours`` ``(r, k)``) with at least ``min_shared``
+    neighbours in common. Sparse: O(r * k**2), not the O(r**3) of a dense product."""
+    r, k = neighbours.shape
+    rows = np.repeat(np.arange(r, dtype=np.int64), k)  # (r*k,)
+    cols = neighbours.ravel().astype(np.int64)  # (r*k,)
+    known = np.sort(rows * r + cols)  # (r*k,) i*r + j for j among i's neighbours
+    mutual = _contains(known, cols * r + rows) & (rows < cols)
+    i, j = rows[mutual], cols[mutual]  # (e,)
+    # common neighbours: m among i's (k of them) that is also among j's
+    probe = j[:, None] * r + neighbours[i].astype(np.int64)  # (e, k)
+    shared = _contains(known, probe.ravel()).reshape(probe.shape).sum(axis=1)  # (e,)
+    keep = shared >= min_shared
+    return np.stack([i[keep], j[keep]], axis=1)
+
+
+def _contains(sorted_keys: np.ndarray, probe: np.ndarray) -> np.ndarray:
+    at = np.searchsorted(sorted_keys, probe)
+    at[at == sorted_keys.size] = 0
+    return sorted_keys[at] == probe
 
 
 def _components(n: int, edges: np.ndarray) -> np.ndarray:

@@ -12,8 +12,8 @@ It reads every routing decision but only novel documents carry text. For each de
   buffer is clustered (:mod:`router.cluster`) and a core that is large, cohesive, stable
   and not close to a known domain is promoted (the rules: :mod:`router.promotion`): a new
   :class:`DomainRecord` (centroid; threshold = a low quantile of its members' cosines), a
-  ``promotion`` drift event, and, once the domain has gathered ``job_docs`` documents, one
-  ``new_domain`` job.
+  ``promotion`` drift event, and, once the domain has gathered ``job_docs`` documents (or
+  ``job_min_docs`` and then none for ``job_quiet_docs`` decisions), one ``new_domain`` job.
 
 Rules about arrival (did a core come as a burst?) are measured in the order documents
 entered the system, not the order discover consumes them (see :mod:`router.timeline`).
@@ -51,6 +51,7 @@ from worx.stage import Emit, Message
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FORMAT = 2  # 2: entry keys (buffer items, timeline)
+QUIET_CHECK_EVERY = 100  # decisions between looks for domains that stopped arriving
 
 
 class DiscoverStage:
@@ -127,6 +128,8 @@ class DiscoverStage:
         if vector is not None and (domain_id is None or uncertain):
             self.clusterer.add(vector, doc)
             self.since_cluster += 1
+        if self.config.job_quiet_docs and self.seen % QUIET_CHECK_EVERY == 0:
+            out.extend(self._quiet_jobs(now))
         if self.since_cluster >= self.config.cluster_every:
             self.since_cluster = 0
             self.clusterer.expire(self.seen - self.config.buffer_max_age)
@@ -149,24 +152,52 @@ class DiscoverStage:
         return out
 
     def _cluster(self, now: int) -> list[Emit]:
+        """Cluster the buffer; hand groups that belong to known domains back to them, then
+        promote every core that passes the rules (each checked against the table as the
+        promotions before it left it)."""
         out: list[Emit] = []
         candidates = self.clusterer.run()
-        for cand in candidates:
+        items = self.clusterer.items
+        groups = [(cand, [items[i]["doc_id"] for i in cand.members]) for cand in candidates]
+        gone: set[str] = set()  # doc ids that left the buffer in this run
+        for cand, _ in groups:
             for group in [cand, *cand.parts]:
+                ids = [items[i]["doc_id"] for i in group.members]
+                if gone.intersection(ids):
+                    continue
+                group = self._at(group, ids)
                 near, sim = self.table.nearest(group.centroid)
                 if near is not None and self._belongs(near, sim, group):
                     # a dense part of a known domain (its tail): those documents belong there
                     taken = self.clusterer.remove(group.members)
-                    self.clusterer.forget_core({d["doc_id"] for d in taken})
+                    gone.update(ids)
+                    self.clusterer.forget_core(set(ids))
                     log.debug("group of %d docs joins %s (cosine %.3f)", len(taken), near, sim)
                     for doc in taken:
                         out.extend(self._assigned_quiet(near, doc, now))
-                    return out  # positions changed: the other groups wait for the next run
-        for cand in candidates:
-            if self.promotion.promotable(cand, self._arrival_rate):
+        for cand, ids in groups:
+            if gone.intersection(ids):
+                continue
+            cand = self._at(cand, ids)
+            near, sim = self.table.nearest(cand.centroid)
+            if near is not None and self._belongs(near, sim, cand):
+                continue  # close to a domain promoted in this run: judged again next run
+            if self.promotion.promotable(cand, self._arrival_rate, self._claims):
+                before = {item["doc_id"] for item in self.clusterer.items}
                 out.extend(self._promote(cand, now))
-                break  # positions changed: the next group waits for the next run
+                gone.update(before - {item["doc_id"] for item in self.clusterer.items})
         return out
+
+    def _at(self, cand: Candidate, ids: list[str]) -> Candidate:
+        """``cand`` with its members at their current buffer positions (``ids`` in order)."""
+        where = {item["doc_id"]: i for i, item in enumerate(self.clusterer.items)}
+        members = [where[d] for d in ids]
+        return cand if members == cand.members else dataclasses.replace(cand, members=members)
+
+    def _claims(self, cand: Candidate, threshold: float) -> int:
+        """Buffered documents outside ``cand`` at or above ``threshold`` of its centroid."""
+        sims = self.clusterer.vectors @ cand.centroid  # (n,)
+        return int((sims >= threshold).sum()) - int((sims[cand.members] >= threshold).sum())
 
     def _arrival_rate(self, cand: Candidate) -> float:
         """Share of the stream the core's documents made up while they arrived."""
@@ -222,6 +253,21 @@ class DiscoverStage:
             if self.table.route(self.clusterer.vectors[i])[0] == domain_id
         ]
         return taken + self.clusterer.remove(claimed), len(claimed)
+
+    def _quiet_jobs(self, now: int) -> list[Emit]:
+        """First jobs of domains that stopped arriving: at least ``job_min_docs`` gathered
+        and none in the last ``job_quiet_docs`` decisions (a short burst of a rare kind
+        still gets its expert)."""
+        out: list[Emit] = []
+        for domain_id, state in sorted(self.domains.items()):
+            if state.job_id is not None or len(state.collected) < self.config.job_min_docs:
+                continue
+            if (
+                self.seen - int(state.collected[-1].get("seq", self.seen))
+                >= self.config.job_quiet_docs
+            ):
+                out.extend(self._first_job(domain_id, now))
+        return out
 
     def _first_job(self, domain_id: str, now: int) -> list[Emit]:
         state = self.domains[domain_id]

@@ -64,9 +64,15 @@ class Promotion:
             - self.config.threshold_margin
         )
 
-    def promotable(self, cand: Candidate, rate: Callable[[Candidate], float]) -> bool:
-        """Does ``cand`` pass every rule? ``rate(cand)`` (its arrival rate) is asked last
-        but one, only of a core large, stable and cohesive enough."""
+    def promotable(
+        self,
+        cand: Candidate,
+        rate: Callable[[Candidate], float],
+        claims: Callable[[Candidate, float], int] | None = None,
+    ) -> bool:
+        """Does ``cand`` pass every rule? ``rate(cand)`` (its arrival rate) and
+        ``claims(cand, threshold)`` (buffered documents outside the core that its learned
+        threshold would take) are asked only of a core large, stable and cohesive enough."""
         config = self.config
         if len(cand.members) < config.promote_min_size:
             return False
@@ -74,10 +80,18 @@ class Promotion:
             return False
         if cand.cohesion < config.promote_min_cohesion:
             return False
-        if rate(cand) < config.promote_min_rate:
+        if config.promote_min_rate > 0 and rate(cand) < config.promote_min_rate:
             return False  # leftovers gathered over a long time, not a new burst
-        # too wide: several domains chained together; wait for more data
-        return self.threshold(cand.sims) >= config.promote_min_threshold
+        threshold = self.threshold(cand.sims)
+        if threshold < config.promote_min_threshold:
+            return False  # too wide: several domains chained together; wait for more data
+        ratio = config.promote_max_claim_ratio
+        # too wide, measured: its threshold would take more of the buffer than the core
+        # itself holds (a chain of neighbours' first documents, whose own cores would fall
+        # inside it); wait until the groups stand apart
+        return not (
+            ratio > 0 and claims is not None and claims(cand, threshold) > ratio * len(cand.members)
+        )
 
     def belongs(
         self, row: DomainRecord, centroid_sim: float, cand: Candidate, member_sims: np.ndarray
@@ -98,6 +112,8 @@ class Promotion:
         separation = config.belong_separation
         if separation > 0 and centroid_sim >= separation * cand.cohesion:
             return True
+        if centroid_sim < cand.cohesion:
+            return False  # farther from the domain than its own members are from its centre
         bar = row.threshold + config.belong_level * (row.core_threshold - row.threshold)
         return float(np.median(member_sims)) >= bar
 

@@ -95,6 +95,41 @@ def corpus_dir() -> Path:
     return data_dir() / "corpus"
 
 
+# A preset names a corpus made of bundled parts: (folder under data/, its domains or None
+# for all; "trunk" stands for the domains the bundled trunk was trained on).
+CORPUS_PRESETS: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "bundled": (("corpus", None),),
+    # the trunk's own domains first, then the 40-domain corpus (data/corpus_many)
+    "many": (("corpus", "trunk"), ("corpus_many", None)),
+}
+
+
+def trunk_domains() -> list[str]:
+    """The bundled corpus domains the bundled trunk was trained on (its pretrain report)."""
+    report = json.loads((trunk_dir() / "pretrain_report.json").read_text(encoding="utf-8"))
+    return list(report["train_domains"])
+
+
+def corpus_parts(spec: str | Path | None = None) -> list[tuple[Path, list[str] | None]]:
+    """The ``(directory, domains or None)`` parts a corpus ``spec`` names: a directory, a
+    preset name of :data:`CORPUS_PRESETS` (``many``: the trunk's domains and the 40-domain
+    corpus), or None (the bundled corpus). An existing directory wins over a preset name.
+    """
+    if spec is None:
+        return [(corpus_dir(), None)]
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return [(path, None)]
+    preset = CORPUS_PRESETS.get(str(spec))
+    if preset is None:
+        return [(path, None)]  # reading it says what is wrong with it
+    parts: list[tuple[Path, list[str] | None]] = []
+    for folder, domains in preset:
+        chosen = trunk_domains() if domains == "trunk" else None
+        parts.append((data_dir() / folder, chosen))
+    return parts
+
+
 def file_domain(path: Path) -> str:
     """The domain a corpus file is named for: ``news.jsonl.gz`` -> ``news``."""
     return path.name.split(".jsonl")[0]
@@ -139,7 +174,8 @@ class CorpusLine:
 def read_lines(
     directory: str | Path | None = None, domains: Iterable[str] | None = None
 ) -> Iterator[CorpusLine]:
-    """Every document of the corpus in ``directory`` (default: bundled), file by file.
+    """Every document of the corpus in ``directory`` (default: bundled; a preset name reads
+    its parts, :func:`corpus_parts`), file by file.
 
     Files come in name order, lines in file order; blank lines are skipped. ``domains``
     keeps only the files named for them (``news`` reads ``news.jsonl[.gz]``).
@@ -152,7 +188,12 @@ def read_lines(
         For a domain in ``domains`` without a file, or a line that is not a JSON object
         with a non-empty string ``text``.
     """
-    files = corpus_files(directory)
+    files = [
+        path
+        for folder, names in corpus_parts(directory)
+        for path in corpus_files(folder)
+        if names is None or file_domain(path) in names
+    ]
     if domains is not None:
         wanted = set(domains)
         missing = wanted - {file_domain(p) for p in files}

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worx.bundled import CorpusError, corpus_dir, read_lines
+from worx.company_stream import CompanyShape, company_schedule
 from worx.errors import did_you_mean
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,8 @@ def safe_doc_id(raw: str) -> str:
 
 
 def read_corpus(directory: str | Path | None = None) -> dict[str, list[LabelledDoc]]:
-    """Read every ``*.jsonl[.gz]`` of ``directory`` (default: the bundled corpus):
+    """Read every ``*.jsonl[.gz]`` of ``directory`` (default: the bundled corpus; a preset
+    name such as ``many`` reads its parts, see :func:`worx.bundled.corpus_parts`):
     domain -> documents in file order.
 
     Raises
@@ -138,20 +140,20 @@ class Scenario:
             weights = [len(self.domains[name]) for name in names]
         if len(weights) != len(names) or any(w < 0 for w in weights) or sum(weights) <= 0:
             raise CorpusError("weights must be one non-negative number per domain, not all 0")
-        queues = {name: self._shuffled(name, rng) for name in names}
-        position = dict.fromkeys(names, 0)
+        walk = _Walk(self, names, rng)
         for _ in range(n):
-            name = rng.choices(names, weights=weights)[0]
-            docs = queues[name]
-            i = position[name]
-            position[name] += 1
-            rnd, j = divmod(i, len(docs))
-            if j == 0 and rnd > 0:
-                rng.shuffle(docs)
-            doc = docs[j]
-            if rnd:
-                doc = LabelledDoc(f"{doc.doc_id}.r{rnd}", doc.domain, doc.text, doc.source)
-            yield doc
+            yield walk.next(rng.choices(names, weights=weights)[0])
+
+    def company(
+        self, n: int, seed: int = 0, shape: CompanyShape | None = None
+    ) -> Iterator[LabelledDoc]:
+        """``n`` documents of a company-shaped stream over every domain: Zipf-like
+        frequencies, many kinds from the first document, others joining later, some
+        fading and coming back (:mod:`worx.company_stream`). Repeats as in :meth:`mixture`."""
+        plan = company_schedule(self.names, n, seed, shape)
+        walk = _Walk(self, self.names, random.Random(f"company-walk:{seed}"))
+        for name in plan:
+            yield walk.next(name)
 
     def interleaved(
         self,
@@ -185,3 +187,25 @@ class Scenario:
         yield from self.phased(names, per_domain, seed)
         for doc in self.mixture(mixture_docs, names, seed=seed + 1):
             yield LabelledDoc(f"{doc.doc_id}.m", doc.domain, doc.text, doc.source)
+
+
+class _Walk:
+    """Each domain walked in its own shuffled order, reshuffled when it runs out; repeats
+    get ids ``<id>.r<round>``."""
+
+    def __init__(self, scenario: Scenario, names: Sequence[str], rng: random.Random) -> None:
+        self.rng = rng
+        self.queues = {name: scenario._shuffled(name, rng) for name in names}
+        self.position = dict.fromkeys(names, 0)
+
+    def next(self, name: str) -> LabelledDoc:
+        docs = self.queues[name]
+        i = self.position[name]
+        self.position[name] += 1
+        rnd, j = divmod(i, len(docs))
+        if j == 0 and rnd > 0:
+            self.rng.shuffle(docs)
+        doc = docs[j]
+        if rnd:
+            doc = LabelledDoc(f"{doc.doc_id}.r{rnd}", doc.domain, doc.text, doc.source)
+        return doc

@@ -65,3 +65,43 @@ def test_any_directory_and_clear_errors(tmp_path: Path, bundled: Scenario) -> No
         read_corpus(tmp_path)
     with pytest.raises(CorpusError, match="no \\*.jsonl"):
         read_corpus(tmp_path / "empty-missing")
+
+
+def test_company_stream_is_seeded_and_shaped(bundled: Scenario) -> None:
+    from worx.company_stream import CompanyShape, domain_plans
+
+    n = 3000
+    stream = list(bundled.company(n, seed=4))
+    assert [d.doc_id for d in stream] == [d.doc_id for d in bundled.company(n, seed=4)]
+    assert [d.doc_id for d in stream] != [d.doc_id for d in bundled.company(n, seed=5)]
+    assert len({d.doc_id for d in stream}) == n  # repeats renamed
+    plans = {p.name: p for p in domain_plans(bundled.names, n, seed=4)}
+    at_start = {name for name, p in plans.items() if p.joins == 0}
+    assert len(at_start) == round(CompanyShape().present_at_start * len(plans))
+    # a domain never speaks before it joins, nor while it is silent
+    for position, doc in enumerate(stream):
+        assert plans[doc.domain].present(position), (position, doc.domain)
+    # Zipf-like: the most common domain (rank 1) speaks far more than the rarest
+    counts = Counter(d.domain for d in stream)
+    ranked = sorted(plans.values(), key=lambda p: -p.weight)
+    assert counts[ranked[0].name] > 3 * counts[ranked[-1].name]
+    assert {d.domain for d in stream[:200]} <= at_start and len(set(counts)) == len(plans)
+
+
+def test_company_shape_is_checked() -> None:
+    from worx.company_stream import CompanyShape, company_schedule
+
+    with pytest.raises(ValueError, match="share"):
+        company_schedule(["a"], 10, shape=CompanyShape(fading=2.0))
+
+
+def test_many_preset_is_the_trunk_domains_and_the_forty(tmp_path: Path) -> None:
+    from worx.bundled import corpus_files, corpus_parts, file_domain, trunk_domains
+
+    parts = corpus_parts("many")
+    assert [p[0].name for p in parts] == ["corpus", "corpus_many"]
+    assert parts[0][1] == trunk_domains() == ["fiction_austen", "news"]
+    names = {file_domain(p) for p in corpus_files(parts[1][0])}
+    assert len(names) == 40 and not names & set(trunk_domains())
+    (tmp_path / "many").mkdir()  # an existing directory wins over a preset of its name
+    assert corpus_parts(tmp_path / "many") == [(tmp_path / "many", None)]
