@@ -64,7 +64,8 @@ class RouterConfig:
 
     # --- discover: training jobs ---
     job_docs: int = 256  # a job is emitted once a domain has gathered this many documents
-    job_min_docs: int = 128  # ...or this many, when then none arrived for job_quiet_docs
+    job_min_docs: int = 128  # ...or this many (at most job_docs), when then none arrived for
+    # job_quiet_docs
     job_quiet_docs: int = 1000  # decisions without a document of the domain (0: off)
     heldout_fraction: float = 0.1  # share of documents kept out of training (hash of doc_id)
     heldout_salt: str = "worx-heldout"  # salt of that hash; change it only with a new data set
@@ -109,7 +110,7 @@ class RouterConfig:
             raise ValueError("router.cluster_shared must be in (0, 1], cluster_every >= 1")
         if not 0.0 <= self.heldout_fraction < 1.0 or self.job_docs < 1:
             raise ValueError("router.heldout_fraction must be in [0, 1), job_docs >= 1")
-        if not 1 <= self.job_min_docs <= self.job_docs or self.job_quiet_docs < 0:
-            raise ValueError("router.job_min_docs must be in [1, job_docs], job_quiet_docs >= 0")
+        if self.job_min_docs < 1 or self.job_quiet_docs < 0:
+            raise ValueError("router.job_min_docs must be >= 1, job_quiet_docs >= 0")
         if min(self.novelty_threshold, self.distance_threshold) <= 0 or self.detector_min_docs < 1:
             raise ValueError("router detector thresholds must be > 0, detector_min_docs >= 1")

@@ -259,8 +259,9 @@ class DiscoverStage:
         and none in the last ``job_quiet_docs`` decisions (a short burst of a rare kind
         still gets its expert)."""
         out: list[Emit] = []
+        least = min(self.config.job_min_docs, self.config.job_docs)
         for domain_id, state in sorted(self.domains.items()):
-            if state.job_id is not None or len(state.collected) < self.config.job_min_docs:
+            if state.job_id is not None or len(state.collected) < least:
                 continue
             if (
                 self.seen - int(state.collected[-1].get("seq", self.seen))
