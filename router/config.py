@@ -33,8 +33,9 @@ class RouterConfig:
     uncertain_std: float = 1.0
 
     # --- discover: online clustering of novel documents ---
-    buffer_docs: int = 600  # novel documents held for clustering (oldest dropped first)
-    buffer_max_age: int = 1500  # ...and dropped once this many decisions old (leftovers)
+    buffer_docs: int = 2000  # novel documents held for clustering (oldest dropped first):
+    # a kind of text at 1% of a stream that holds dozens needs a long memory to gather a core
+    buffer_max_age: int = 20000  # ...and dropped once this many decisions old (leftovers)
     cluster_every: int = 20  # re-cluster the buffer after this many new novel documents
     cluster_knn: int = 10  # neighbours per document in the shared-nearest-neighbour graph
     cluster_shared: float = 0.3  # fraction of neighbours two linked documents must share
@@ -46,9 +47,10 @@ class RouterConfig:
     promote_min_size: int = 40  # a core needs this many documents to become a domain
     promote_stable_runs: int = 2  # ...and must persist over this many clustering runs
     promote_min_cohesion: float = 0.15  # ...and its members' mean cosine to its centroid
-    promote_min_rate: float = 0.08  # ...and its documents must have arrived at this share
-    # of the stream (10th-90th percentile of arrivals): a new domain shows up as a burst,
-    # while a known domain's leftovers trickle in over thousands of documents
+    promote_min_rate: float = 0.0  # ...and its documents must have arrived at this share
+    # of the stream (10th-90th percentile of arrivals; 0: off): off, because a company's
+    # stream mixes dozens of kinds at once, each far below any burst share; a known
+    # domain's leftovers are told apart by belonging (below) and the claims test instead
     promote_min_threshold: float = 0.08  # ...and a learned threshold at least this high (a
     # core mixing several domains is wide, and its threshold would swallow them all)
     promote_max_claim_ratio: float = 1.0  # ...and its threshold may take at most this many
