@@ -19,6 +19,12 @@ def _vocab(trunk) -> int:
     return int(trunk.model.get_output_embeddings().weight.shape[0])
 
 
+def vocab_only_config(vocab: int, **parts) -> ExpertConfig:
+    """A config of kind "vocab" with only the vocabulary parts given (token delta: block 0)."""
+    none = dict(output_rank=0, token_rank=0, token_layer=0, token_site="input", logit_bias=False)
+    return ExpertConfig(layers=(), rank=0, kind="vocab", vocab_size=vocab, **{**none, **parts})
+
+
 def growths(vocab: int) -> dict[str, tuple[ExpertConfig, ExpertConfig]]:
     """(parent, grown) pairs: every growable dimension of every kind, on a 2-layer trunk.
 
@@ -34,7 +40,6 @@ def growths(vocab: int) -> dict[str, tuple[ExpertConfig, ExpertConfig]]:
         token_site="input",
         logit_bias=True,
     )
-    none = dict(output_rank=0, token_rank=0, token_layer=0, token_site="input", logit_bias=False)
     vocab_adapter = ExpertConfig(layers=(1,), rank=16, kind="vocab_adapter", **parts)
     vocab_only = ExpertConfig(layers=(), rank=0, kind="vocab", **parts)
     adapter = ExpertConfig(kind="adapter", layers=(1,), rank=16)
@@ -51,21 +56,11 @@ def growths(vocab: int) -> dict[str, tuple[ExpertConfig, ExpertConfig]]:
             dataclasses.replace(vocab_only, output_rank=32, token_rank=48),
         ),
         "vocab_output_rank_from_bias_only": (
-            ExpertConfig(
-                layers=(), rank=0, kind="vocab", vocab_size=vocab, **{**none, "logit_bias": True}
-            ),
-            ExpertConfig(
-                layers=(),
-                rank=0,
-                kind="vocab",
-                vocab_size=vocab,
-                **{**none, "output_rank": 16, "logit_bias": True},
-            ),
+            vocab_only_config(vocab, logit_bias=True),
+            vocab_only_config(vocab, output_rank=16, logit_bias=True),
         ),
         "vocab_bias_and_tokens_added": (
-            ExpertConfig(
-                layers=(), rank=0, kind="vocab", vocab_size=vocab, **{**none, "output_rank": 16}
-            ),
+            vocab_only_config(vocab, output_rank=16),
             vocab_only,
         ),
         "vocab_to_vocab_adapter": (
@@ -162,32 +157,9 @@ def test_what_cannot_be_grown_is_refused(change: dict, message: str) -> None:
         ),  # drops the vocabulary parts
         (
             "vocab_adapter",
-            ExpertConfig(
-                layers=(),
-                rank=0,
-                kind="vocab",
-                vocab_size=8,
-                output_rank=4,
-                token_rank=4,
-                token_layer=1,
-                token_site="input",
-                logit_bias=True,
-            ),
+            vocab_only_config(8, output_rank=4, token_rank=4, token_layer=1, logit_bias=True),
         ),  # drops the adapters
-        (
-            "adapter",
-            ExpertConfig(
-                layers=(),
-                rank=0,
-                kind="vocab",
-                vocab_size=8,
-                output_rank=2,
-                token_rank=0,
-                token_layer=0,
-                token_site="input",
-                logit_bias=False,
-            ),
-        ),
+        ("adapter", vocab_only_config(8, output_rank=2)),
     ],
 )
 def test_a_kind_change_that_is_not_a_superset_is_refused(parent: str, target) -> None:

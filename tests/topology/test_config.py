@@ -77,16 +77,10 @@ def test_the_expert_shape_is_the_trainer_sub_table(tmp_path, monkeypatch):
         load_config(path, env={})
 
 
-OLD_EXPERT_KEYS = [
-    "kind",
-    "layers",
-    "rank",
-    "output_rank",
-    "token_rank",
-    "token_layer",
-    "token_site",
-    "logit_bias",
-]
+# the expert's eight settings that were flat trainer.expert_* keys before [trainer.expert]
+OLD_EXPERT_KEYS = (
+    "kind layers rank output_rank token_rank token_layer token_site logit_bias".split()
+)
 
 
 @pytest.mark.parametrize("name", OLD_EXPERT_KEYS)
