@@ -63,6 +63,21 @@ def prepare_trunk(trunk: Trunk, config: TrainerConfig, cache_dir: Path | None = 
         trunk.model.__dict__["_worx_mmapped"] = False
 
 
+def savers_on(
+    trunk: Trunk, config: TrainerConfig, device: torch.device, offload_optimizer: bool
+) -> dict[str, object]:
+    """Which memory savers a job of ``config`` on ``trunk`` runs with (its summary's)."""
+    return {
+        "optimizer": config.optimizer,
+        "activation_checkpointing": config.activation_checkpointing,
+        "mmap_trunk": bool(trunk.model.__dict__.get("_worx_mmapped", False)),
+        "stream_trunk": config.stream_trunk and device.type == "cpu",
+        "offload_optimizer": offload_optimizer,
+        "chunked_loss": config.chunked_loss,
+        "bf16": config.bf16 and device.type == "cuda",
+    }
+
+
 def default_layers(trunk: Trunk, config: TrainerConfig) -> tuple[int, ...]:
     """``config.expert.layers``, or the upper half of the trunk's blocks."""
     return config.expert.layers or upper_half(trunk.num_layers)
