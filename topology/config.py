@@ -72,7 +72,8 @@ class KafkaConfig:
     def validate(self) -> None:
         if self.partitions < 1 or self.train_partitions < 1 or self.replication_factor < 1:
             raise ValueError(
-                "kafka.partitions, kafka.train_partitions and kafka.replication_factor must be >= 1"
+                "kafka.partitions, kafka.train_partitions and kafka.replication_factor "
+                "must be >= 1"
             )
         if self.connect_timeout_s <= 0:
             raise ValueError("kafka.connect_timeout_s must be > 0")

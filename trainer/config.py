@@ -38,8 +38,8 @@ class TrainerConfig:
     warmup_steps: int = 10  # linear warm-up steps
     min_lr_ratio: float = 0.1  # final LR of the cosine schedule, as a fraction of lr
     weight_decay: float = 0.0  # AdamW decoupled weight decay
-    # the expert each job trains: its shape, [trainer.expert] (experts/shape.py: kind, layers,
-    # rank, activation, output_rank, token_rank, token_layer, token_site, logit_bias)
+    # the shape of the expert each job trains: [trainer.expert] (experts/shape.py; its
+    # settings' table: docs/trainer.md)
     expert: ExpertConfig = field(default_factory=ExpertConfig)
     start_candidates: int = 8  # a new domain's expert may start as a copy of the best of the
     # newest N stored experts on its held-out documents (DEMix); 0: always from zero
