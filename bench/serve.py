@@ -134,7 +134,7 @@ def _routable_texts(embedder, table, domains: list[str], chars: int = 400) -> di
 # ---------------------------------------------------------------------- forward overhead
 def bench_forward(trunk: Trunk, trunk_dir: Path, reps: int) -> dict:
     plain = load_trunk(trunk_dir, dtype=trunk.dtype)  # baseline: a copy with no hooks at all
-    config = ExpertConfig(layers=tuple(range(trunk.num_layers)), rank=64)
+    config = ExpertConfig(kind="adapter", layers=tuple(range(trunk.num_layers)), rank=64)
     experts = {f"e{i}": _randomize(Expert(config, trunk.hidden_size), i) for i in range(2)}
     mixture = Mixture(trunk, experts)
     gen = torch.Generator().manual_seed(0)
@@ -259,7 +259,10 @@ def bench_serving(trunk: Trunk, tmp: Path, args: argparse.Namespace, embedder) -
     manifests: dict[str, list] = {"old": [], "new": []}
     for phase, seed in (("old", 100), ("new", 200)):
         for i, domain in enumerate(domains):
-            expert = _randomize(Expert(ExpertConfig(layers, rank), trunk.hidden_size), seed + i)
+            expert = _randomize(
+                Expert(ExpertConfig(kind="adapter", layers=layers, rank=rank), trunk.hidden_size),
+                seed + i,
+            )
             centroid = _centroid(embedder, domain)
             manifests[phase].append(store.put(f"{phase}-{domain}", expert, domain, centroid))
     # a fresh store handle: nothing cached, the server verifies and loads on registration
@@ -350,7 +353,7 @@ def bench_rss(trunk_dir: Path, tmp: Path, args: argparse.Namespace) -> dict:
     width = int(trunk_cfg.get("hidden_size") or trunk_cfg.get("n_embd"))
     store = ExpertStore(tmp / "store1000", fingerprint)
     rng = np.random.default_rng(1)
-    config = ExpertConfig(layers=(0,), rank=args.rss_rank)
+    config = ExpertConfig(kind="adapter", layers=(0,), rank=args.rss_rank)
     from router.embed import default_embedder
 
     dim = default_embedder().dim

@@ -179,7 +179,9 @@ def main() -> None:
         for k in range(len(domains) + count):
             domain = domains[k % len(domains)]
             target = store if k < len(domains) else staging  # one per domain at start
-            expert = _randomize(Expert(ExpertConfig(layers, rank), trunk.hidden_size), k)
+            expert = _randomize(
+                Expert(ExpertConfig(kind="adapter", layers=layers, rank=rank), trunk.hidden_size), k
+            )
             manifest = target.put(f"e{k}-{domain}", expert, domain, centroids[domain])
             if target is staging:
                 announce.append(manifest)

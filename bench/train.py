@@ -61,7 +61,8 @@ SAVERS_OFF = {
     "mmap_trunk": False,
     "chunked_loss": False,
 }
-# expert runs: TrainerConfig fields over the trainer's defaults; dense runs: lr and frozen parts
+# expert runs: TrainerConfig fields over the trainer's defaults ("expert": fields of its
+# [trainer.expert] shape); dense runs: lr and frozen parts
 RUNS: dict[str, dict] = {
     "expert": {"kind": "expert", "cfg": {}},  # the recipe exactly as configured by default
     "expert_fp32_adamw": {"kind": "expert", "cfg": {"optimizer": "adamw"}},
@@ -78,23 +79,23 @@ RUNS: dict[str, dict] = {
     # rank 16, LR 3e-3
     "design_adapter_r16": {
         "kind": "expert",
-        "cfg": {"expert_kind": "adapter", "expert_rank": 16, "lr": 3e-3},
+        "cfg": {"expert": {"kind": "adapter", "rank": 16}, "lr": 3e-3},
     },
-    "design_adapter_r128": {"kind": "expert", "cfg": {"expert_kind": "adapter"}},
+    "design_adapter_r128": {"kind": "expert", "cfg": {"expert": {"kind": "adapter"}}},
     # the output vocabulary alone: unembedding delta + logit bias
     "design_output_only": {
         "kind": "expert",
-        "cfg": {"expert_kind": "vocab", "expert_token_rank": 0},
+        "cfg": {"expert": {"kind": "vocab", "token_rank": 0}},
     },
     # the default's token delta on the input embeddings (backward through every block)
     "design_tokens_at_embeddings": {
         "kind": "expert",
-        "cfg": {"expert_token_layer": 0, "expert_token_site": "input"},
+        "cfg": {"expert": {"token_layer": 0, "token_site": "input"}},
     },
     # twice the vocabulary ranks
     "design_vocab_rank_64": {
         "kind": "expert",
-        "cfg": {"expert_output_rank": 64, "expert_token_rank": 64},
+        "cfg": {"expert": {"output_rank": 64, "token_rank": 64}},
     },
     "expert_equal_time": {"kind": "expert", "cfg": {}, "equal_time": True},
 }
@@ -158,12 +159,12 @@ def run_one(name: str, spec: dict) -> dict:
             device="cpu",
             progress=False,
         )
-        overrides = dict(spec["expert_overrides"])
-        overrides.update(run["cfg"])
-        layers = overrides.pop("expert_layers", None)
-        if layers is not None:
-            overrides["expert_layers"] = _expert_layers(layers, trunk.num_layers)
-        cfg = dataclasses.replace(cfg, **overrides)
+        overrides = dict(run["cfg"])
+        shape = {**spec["expert_overrides"], **overrides.pop("expert", {})}  # [trainer.expert]
+        if "layers" in shape:
+            shape["layers"] = _expert_layers(shape["layers"], trunk.num_layers)
+        expert = dataclasses.replace(cfg.expert, **shape)
+        cfg = dataclasses.replace(cfg, expert=expert, **overrides)
         cfg.validate()
         prepare_trunk(trunk, cfg, cache_dir=Path(spec["cache_dir"]))
         result = train_expert(trunk, train, heldout, cfg)
@@ -337,11 +338,11 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING)
     started = time.perf_counter()
-    overrides: dict = {}
+    overrides: dict = {}  # fields of every expert run's [trainer.expert] shape
     if args.expert_rank is not None:
-        overrides["expert_rank"] = args.expert_rank
+        overrides["rank"] = args.expert_rank
     if args.expert_layers is not None:
-        overrides["expert_layers"] = args.expert_layers
+        overrides["layers"] = args.expert_layers
     with tempfile.TemporaryDirectory(prefix="worx-bench-train-") as tmp:
         work = Path(tmp)
         trunk_dir, trunk_desc = resolve_trunk(args.trunk, work)

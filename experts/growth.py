@@ -27,8 +27,8 @@ vocabulary size, or moving an existing token delta to another block or site.
 Example
 -------
 >>> import torch
->>> parent = Expert(ExpertConfig(layers=(1,), rank=2), hidden_size=8)
->>> grown = grow(parent, ExpertConfig(layers=(0, 1), rank=4))
+>>> parent = Expert(ExpertConfig(kind="adapter", layers=(1,), rank=2), hidden_size=8)
+>>> grown = grow(parent, ExpertConfig(kind="adapter", layers=(0, 1), rank=4))
 >>> grown.config.rank, sorted(grown.adapters)
 (4, ['0', '1'])
 >>> x = torch.randn(1, 3, 8)
@@ -107,7 +107,7 @@ def union_config(parent: ExpertConfig, configured: ExpertConfig) -> ExpertConfig
     rank = max(parent.rank, configured.rank) if has_adapters else 0
     activation = parent.activation if parent.layers else configured.activation
     if kind == "adapter":
-        return ExpertConfig(layers=layers, rank=rank, activation=activation)
+        return ExpertConfig(kind="adapter", layers=layers, rank=rank, activation=activation)
     vocab_from = parent if parent.kind != "adapter" else configured
     token_from = parent if parent.token_rank else configured
     return ExpertConfig(

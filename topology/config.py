@@ -10,7 +10,10 @@ File layout::
     [ingest]
     max_doc_chars = 20000
 
-Environment: ``WORX_<SECTION>__<FIELD>=value`` overrides a field (``WORX_INGEST__STRICT=true``);
+Environment: ``WORX_<SECTION>__<FIELD>=value`` overrides a field (``WORX_INGEST__STRICT=true``),
+``WORX_<SECTION>__<TABLE>__<FIELD>`` one of a sub-table (``WORX_TRAINER__EXPERT__RANK=64``:
+``rank`` in ``[trainer.expert]``); a setting that moved (a section's ``MOVED``) is refused,
+naming its new key;
 ``WORX_KAFKA_CLIENT__SASL_MECHANISM=PLAIN`` sets the librdkafka key ``sasl.mechanism``
 (underscores become dots); ``WORX_INGEST_SOURCE_CLIENT__SASL_PASSWORD=...`` sets
 ``sasl.password`` of the source cluster (``ingest.source_client``, `worx connect`) the same
@@ -162,8 +165,39 @@ def setting_variables() -> list[str]:
     for section in dataclasses.fields(WorxConfig):
         hint = typing.get_type_hints(WorxConfig)[section.name]
         if dataclasses.is_dataclass(hint):
-            names += [f"WORX_{section.name}__{f.name}".upper() for f in dataclasses.fields(hint)]
+            names += [f"WORX_{'__'.join(path)}".upper() for path in _leaves(hint, (section.name,))]
     return names
+
+
+def _leaves(cls: type, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The path of every field of dataclass ``cls`` below ``path``, sub-tables' fields too."""
+    found = []
+    for f in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(hint):
+            found += _leaves(hint, (*path, f.name))
+        else:
+            found.append((*path, f.name))
+    return found
+
+
+def moved_settings() -> dict[str, str]:
+    """``{old dotted setting: new dotted setting}`` of every section's ``MOVED``."""
+    moved = {}
+    for section in dataclasses.fields(WorxConfig):
+        hint = typing.get_type_hints(WorxConfig)[section.name]
+        for old, new in getattr(hint, "MOVED", {}).items():
+            moved[f"{section.name}.{old}"] = f"{section.name}.{new}"
+    return moved
+
+
+def _moved(old: str, new: str, variable: str | None = None) -> ConfigError:
+    """``trainer.expert_kind moved: use [trainer.expert] kind`` (and the new variable)."""
+    table, _, key = new.rpartition(".")
+    if variable is None:
+        return ConfigError(f"{old} moved: use [{table}] {key}")
+    renamed = "WORX_" + new.replace(".", "__").upper()
+    return ConfigError(f"{old} moved: use {renamed} ([{table}] {key}) instead of {variable}")
 
 
 def _check_variable_names(env: typing.Mapping[str, str]) -> None:
@@ -171,7 +205,12 @@ def _check_variable_names(env: typing.Mapping[str, str]) -> None:
     it and the nearest valid variable; unrelated WORX_ variables are left alone."""
     valid = setting_variables()
     known = set(valid) | set(OTHER_VARIABLES)
+    moved = moved_settings()
+    moved_variables = {"WORX_" + old.replace(".", "__").upper(): old for old in moved}
     for key in sorted(env):
+        if key in moved_variables:
+            old = moved_variables[key]
+            raise _moved(old, moved[old], key)
         if not key.startswith("WORX_") or key in known:
             continue
         if any(key[len("WORX_") :].startswith(route) for route in CLIENT_ROUTES):
@@ -208,9 +247,18 @@ def _apply_env(raw: dict[str, Any], env: typing.Mapping[str, str]) -> dict[str, 
             raw.setdefault(section, {}).setdefault(field, {})[setting] = value
             origins[f"{section}.{field}.{setting}"] = key
         elif "__" in rest:
-            section, field = rest.lower().split("__", 1)
-            raw.setdefault(section, {})[field] = value
-            origins[f"{section}.{field}"] = key
+            *tables, field = rest.lower().split("__")
+            table = raw
+            for depth, name in enumerate(tables):
+                table = table.setdefault(name, {})
+                if not isinstance(table, dict):
+                    where = ".".join(tables[: depth + 1])
+                    raise ConfigError(
+                        f"{key} sets a field of [{where}], which the file gives as a "
+                        f"{type(table).__name__}, not a table"
+                    )
+            table[field] = value
+            origins[".".join([*tables, field])] = key
         elif rest.lower() == "data_dir":
             raw["data_dir"] = value
             origins["data_dir"] = key
@@ -239,6 +287,11 @@ def build(cls: type, raw: Any, where: str, origins: typing.Mapping[str, str] | N
     if not isinstance(raw, dict):
         raise ConfigError(f"[{where or 'root'}] should be a table, got {type(raw).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    moved = getattr(cls, "MOVED", {})
+    for name in sorted(set(raw) & set(moved)):
+        dotted = f"{where}.{name}" if where else name
+        new = f"{where}.{moved[name]}" if where else moved[name]
+        raise _moved(dotted, new, origins.get(dotted))
     unknown = set(raw) - set(fields)
     if unknown:
         dotted = [f"{where}.{name}" if where else name for name in sorted(unknown)]
@@ -262,7 +315,10 @@ def build(cls: type, raw: Any, where: str, origins: typing.Mapping[str, str] | N
             values[name] = build(hint, value, dotted, origins)
         else:
             values[name] = _coerce(value, hint, dotted, origins)
-    obj = cls(**values)
+    try:
+        obj = cls(**values)  # a dataclass may check itself as it is made (ExpertConfig)
+    except ValueError as exc:
+        raise ConfigError(f"invalid configuration: [{where or 'root'}] {exc}") from exc
     validate = getattr(obj, "validate", None)
     if validate is not None:
         try:

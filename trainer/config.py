@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from experts.shape import ExpertConfig
+
+# the expert's settings before they were [trainer.expert]: refused, naming the new key
+_MOVED_TO_EXPERT = (
+    "kind",
+    "layers",
+    "rank",
+    "output_rank",
+    "token_rank",
+    "token_layer",
+    "token_site",
+    "logit_bias",
+)
 
 
 @dataclass(frozen=True)
 class TrainerConfig:
+    # settings that moved (old name -> new dotted name below [trainer]): the loader refuses
+    # the old name in a file or the environment, naming the new one
+    MOVED: ClassVar[dict[str, str]] = {
+        f"expert_{name}": f"expert.{name}" for name in _MOVED_TO_EXPERT
+    }
+
     # --- the recipe -------------------------------------------------------------------
     max_steps: int = 200  # optimizer steps per job at most
     seq_len: int = 128  # tokens per packed training row
@@ -17,14 +38,9 @@ class TrainerConfig:
     warmup_steps: int = 10  # linear warm-up steps
     min_lr_ratio: float = 0.1  # final LR of the cosine schedule, as a fraction of lr
     weight_decay: float = 0.0  # AdamW decoupled weight decay
-    expert_kind: str = "vocab_adapter"  # one of experts.expert.KINDS (see docs/trainer.md)
-    expert_layers: tuple[int, ...] = ()  # trunk layers with an adapter; empty: upper half
-    expert_rank: int = 128  # bottleneck width of each adapter
-    expert_output_rank: int = 32  # rank of the unembedding delta (vocabulary kinds; 0: none)
-    expert_token_rank: int = 32  # rank of the token-embedding delta (vocabulary kinds; 0: none)
-    expert_token_layer: int = -1  # block of the token delta (negative: from the top; -1: last)
-    expert_token_site: str = "mlp"  # "mlp" (beside the block's MLP) or "input" (entering it)
-    expert_logit_bias: bool = True  # a per-token logit bias (vocabulary kinds)
+    # the shape of the expert each job trains: [trainer.expert] (experts/shape.py; its
+    # settings' table: docs/trainer.md)
+    expert: ExpertConfig = field(default_factory=ExpertConfig)
     start_candidates: int = 8  # a new domain's expert may start as a copy of the best of the
     # newest N stored experts on its held-out documents (DEMix); 0: always from zero
     candidate_eval_rows: int = 16  # held-out rows the candidates are compared on (0: all)
@@ -106,14 +122,6 @@ class TrainerConfig:
             raise ValueError(
                 "trainer.lr and fetch_timeout_s must be > 0; warmup_steps, weight_decay >= 0"
             )
-        from experts.expert import KINDS
-
-        if self.expert_kind not in KINDS:
-            raise ValueError(f"trainer.expert_kind {self.expert_kind!r}: use one of {KINDS}")
-        if self.expert_kind != "vocab" and self.expert_rank < 1:
-            raise ValueError("trainer.expert_rank must be >= 1")
-        if self.expert_output_rank < 0 or self.expert_token_rank < 0:
-            raise ValueError("trainer.expert_output_rank and expert_token_rank must be >= 0")
         if self.stream_read_ahead < 0:
             raise ValueError("trainer.stream_read_ahead must be >= 0 (0: no read-ahead)")
         if self.start_candidates < 0:
@@ -125,5 +133,3 @@ class TrainerConfig:
                 "trainer.growth_fit_ratio must be >= 0 (0: off), growth_rank_factor and "
                 "growth_max_rank >= 1"
             )
-        if any(layer < 0 for layer in self.expert_layers):
-            raise ValueError("trainer.expert_layers must be non-negative layer indices")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from experts.expert import ExpertConfig
+from experts.shape import ExpertConfig, upper_half
 from experts.trunk import Trunk
 from trainer.config import TrainerConfig
 from trainer.fused_loss import output_layer
@@ -63,47 +63,30 @@ def prepare_trunk(trunk: Trunk, config: TrainerConfig, cache_dir: Path | None = 
         trunk.model.__dict__["_worx_mmapped"] = False
 
 
+def savers_on(
+    trunk: Trunk, config: TrainerConfig, device: torch.device, offload_optimizer: bool
+) -> dict[str, object]:
+    """Which memory savers a job of ``config`` on ``trunk`` runs with (its summary's)."""
+    return {
+        "optimizer": config.optimizer,
+        "activation_checkpointing": config.activation_checkpointing,
+        "mmap_trunk": bool(trunk.model.__dict__.get("_worx_mmapped", False)),
+        "stream_trunk": config.stream_trunk and device.type == "cpu",
+        "offload_optimizer": offload_optimizer,
+        "chunked_loss": config.chunked_loss,
+        "bf16": config.bf16 and device.type == "cuda",
+    }
+
+
 def default_layers(trunk: Trunk, config: TrainerConfig) -> tuple[int, ...]:
-    """``config.expert_layers``, or the upper half of the trunk's blocks."""
-    if config.expert_layers:
-        return tuple(config.expert_layers)
-    return tuple(range(trunk.num_layers // 2, trunk.num_layers))
+    """``config.expert.layers``, or the upper half of the trunk's blocks."""
+    return config.expert.layers or upper_half(trunk.num_layers)
 
 
 def expert_config_for(trunk: Trunk, config: TrainerConfig) -> ExpertConfig:
-    """The :class:`ExpertConfig` of a fresh expert of ``config.expert_kind`` on ``trunk``."""
-    kind = config.expert_kind
-    if kind == "adapter":
-        return ExpertConfig(layers=default_layers(trunk, config), rank=config.expert_rank)
-    vocab = dict(
-        kind=kind,
-        vocab_size=trunk_vocab_size(trunk),
-        output_rank=config.expert_output_rank,
-        logit_bias=config.expert_logit_bias,
-    )
-    if kind == "vocab":
-        return ExpertConfig(
-            layers=(),
-            rank=0,
-            token_rank=config.expert_token_rank,
-            token_layer=token_layer(trunk, config),
-            token_site=config.expert_token_site,
-            **vocab,
-        )
-    return ExpertConfig(
-        layers=default_layers(trunk, config),
-        rank=config.expert_rank,
-        token_rank=config.expert_token_rank,
-        token_layer=token_layer(trunk, config),
-        token_site=config.expert_token_site,
-        **vocab,
-    )
-
-
-def token_layer(trunk: Trunk, config: TrainerConfig) -> int:
-    """``config.expert_token_layer`` as a block index (negative counts from the top)."""
-    layer = config.expert_token_layer
-    return layer + trunk.num_layers if layer < 0 else layer
+    """The :class:`ExpertConfig` of a fresh expert of ``config.expert`` on ``trunk``: what the
+    shape leaves to the trunk filled in (:meth:`ExpertConfig.for_trunk`)."""
+    return config.expert.for_trunk(trunk.num_layers, trunk_vocab_size(trunk))
 
 
 def trunk_vocab_size(trunk: Trunk) -> int:

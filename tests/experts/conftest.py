@@ -56,7 +56,7 @@ def make_domain_expert(store, trunk, embedder, expert_id: str, domain: str, seed
     vectors = embedder.embed(domain_texts(domain, 20))
     centroid = vectors.mean(axis=0)
     centroid = centroid / float((centroid**2).sum() ** 0.5)
-    expert = Expert(ExpertConfig(layers=(0, 1), rank=8), trunk.hidden_size)
+    expert = Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=8), trunk.hidden_size)
     randomize(expert, seed=seed)
     return store.put(expert_id, expert, domain, centroid.tolist())
 

@@ -26,8 +26,12 @@ def test_cuda_mixture_and_serving(trunk_dirs, tmp_path: Path, dtype) -> None:
         ["The court held that", "def f(x): return x"], return_tensors="pt", padding=True
     )
     ids, mask = enc["input_ids"].cuda(), enc["attention_mask"].cuda()
-    zero = Expert(ExpertConfig(layers=(0, 1), rank=8), trunk.hidden_size).to("cuda", dtype)
-    trained = randomize(Expert(ExpertConfig(layers=(1,), rank=8), trunk.hidden_size), 3)
+    zero = Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=8), trunk.hidden_size).to(
+        "cuda", dtype
+    )
+    trained = randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(1,), rank=8), trunk.hidden_size), 3
+    )
     mixture = Mixture(trunk, {"zero": zero, "t": trained.to("cuda", dtype)})
     with torch.no_grad():
         base = trunk.model(input_ids=ids, attention_mask=mask).logits

@@ -10,7 +10,9 @@ from tests.experts.conftest import randomize
 
 
 def test_untrained_adapter_outputs_exact_zero_and_counts_params() -> None:
-    expert = Expert(ExpertConfig(layers=(0, 2), rank=4, activation="silu"), hidden_size=16)
+    expert = Expert(
+        ExpertConfig(kind="adapter", layers=(0, 2), rank=4, activation="silu"), hidden_size=16
+    )
     x = torch.randn(3, 5, 16)
     for layer in (0, 2):
         assert torch.equal(expert.adapter(layer)(x), torch.zeros(3, 5, 16))
@@ -20,7 +22,9 @@ def test_untrained_adapter_outputs_exact_zero_and_counts_params() -> None:
 
 
 def test_branch_copies_and_never_modifies_the_source() -> None:
-    source = randomize(Expert(ExpertConfig(layers=(1,), rank=3), hidden_size=8), seed=1)
+    source = randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(1,), rank=3), hidden_size=8), seed=1
+    )
     before = {k: v.clone() for k, v in source.state_dict().items()}
     branch = Expert.branch(source)
     assert all(torch.equal(branch.state_dict()[k], v) for k, v in before.items())
@@ -32,27 +36,29 @@ def test_branch_copies_and_never_modifies_the_source() -> None:
 
 
 def test_config_round_trip_and_validation() -> None:
-    config = ExpertConfig(layers=(0, 1), rank=8, activation="relu")
+    config = ExpertConfig(kind="adapter", layers=(0, 1), rank=8, activation="relu")
     assert ExpertConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ExpertConfigError, match="activation"):
-        ExpertConfig(layers=(0,), rank=2, activation="swishy")
+        ExpertConfig(kind="adapter", layers=(0,), rank=2, activation="swishy")
     with pytest.raises(ExpertConfigError, match="rank"):
-        ExpertConfig(layers=(0,), rank=0)
+        ExpertConfig(kind="adapter", layers=(0,), rank=0)
     with pytest.raises(ExpertConfigError, match="distinct"):
-        ExpertConfig(layers=(1, 1), rank=2)
+        ExpertConfig(kind="adapter", layers=(1, 1), rank=2)
     with pytest.raises(ExpertConfigError, match="do not exist"):
-        ExpertConfig(layers=(0, 5), rank=2).validate(num_layers=2)
+        ExpertConfig(kind="adapter", layers=(0, 5), rank=2).validate(num_layers=2)
     with pytest.raises(ExpertConfigError, match="layers"):
         ExpertConfig.from_dict({"layers": "0", "rank": 2})
 
 
 def test_from_tensors_checks_names_and_shapes() -> None:
-    expert = randomize(Expert(ExpertConfig(layers=(0,), rank=2), hidden_size=8), seed=2)
+    expert = randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(0,), rank=2), hidden_size=8), seed=2
+    )
     rebuilt = Expert.from_tensors(expert.config, 8, expert.tensors())
     x = torch.randn(1, 3, 8)
     assert torch.equal(rebuilt.adapter(0)(x), expert.adapter(0)(x))
     with pytest.raises(ExpertConfigError, match="wrong shape"):
-        Expert.from_tensors(ExpertConfig(layers=(0,), rank=3), 8, expert.tensors())
+        Expert.from_tensors(ExpertConfig(kind="adapter", layers=(0,), rank=3), 8, expert.tensors())
 
 
 def test_module_examples_run() -> None:

@@ -19,6 +19,12 @@ def _vocab(trunk) -> int:
     return int(trunk.model.get_output_embeddings().weight.shape[0])
 
 
+def vocab_only_config(vocab: int, **parts) -> ExpertConfig:
+    """A config of kind "vocab" with only the vocabulary parts given (token delta: block 0)."""
+    none = dict(output_rank=0, token_rank=0, token_layer=0, token_site="input", logit_bias=False)
+    return ExpertConfig(layers=(), rank=0, kind="vocab", vocab_size=vocab, **{**none, **parts})
+
+
 def growths(vocab: int) -> dict[str, tuple[ExpertConfig, ExpertConfig]]:
     """(parent, grown) pairs: every growable dimension of every kind, on a 2-layer trunk.
 
@@ -26,14 +32,21 @@ def growths(vocab: int) -> dict[str, tuple[ExpertConfig, ExpertConfig]]:
     then sum a zero-padded product in the parent's order, so outputs are bit-identical
     (smaller or odd ranks: within float rounding, docs/experts.md "Growth").
     """
-    parts = dict(vocab_size=vocab, output_rank=16, token_rank=16, token_layer=1, logit_bias=True)
+    parts = dict(
+        vocab_size=vocab,
+        output_rank=16,
+        token_rank=16,
+        token_layer=1,
+        token_site="input",
+        logit_bias=True,
+    )
     vocab_adapter = ExpertConfig(layers=(1,), rank=16, kind="vocab_adapter", **parts)
     vocab_only = ExpertConfig(layers=(), rank=0, kind="vocab", **parts)
-    adapter = ExpertConfig(layers=(1,), rank=16)
+    adapter = ExpertConfig(kind="adapter", layers=(1,), rank=16)
     return {
         "adapter_rank": (adapter, dataclasses.replace(adapter, rank=32)),
-        "adapter_layers": (adapter, ExpertConfig(layers=(0, 1), rank=16)),
-        "adapter_rank_and_layers": (adapter, ExpertConfig(layers=(0, 1), rank=48)),
+        "adapter_layers": (adapter, ExpertConfig(kind="adapter", layers=(0, 1), rank=16)),
+        "adapter_rank_and_layers": (adapter, ExpertConfig(kind="adapter", layers=(0, 1), rank=48)),
         "adapter_to_vocab_adapter": (
             adapter,
             ExpertConfig(layers=(0, 1), rank=32, kind="vocab_adapter", **parts),
@@ -43,13 +56,11 @@ def growths(vocab: int) -> dict[str, tuple[ExpertConfig, ExpertConfig]]:
             dataclasses.replace(vocab_only, output_rank=32, token_rank=48),
         ),
         "vocab_output_rank_from_bias_only": (
-            ExpertConfig(layers=(), rank=0, kind="vocab", vocab_size=vocab, logit_bias=True),
-            ExpertConfig(
-                layers=(), rank=0, kind="vocab", vocab_size=vocab, output_rank=16, logit_bias=True
-            ),
+            vocab_only_config(vocab, logit_bias=True),
+            vocab_only_config(vocab, output_rank=16, logit_bias=True),
         ),
         "vocab_bias_and_tokens_added": (
-            ExpertConfig(layers=(), rank=0, kind="vocab", vocab_size=vocab, output_rank=16),
+            vocab_only_config(vocab, output_rank=16),
             vocab_only,
         ),
         "vocab_to_vocab_adapter": (
@@ -140,27 +151,21 @@ def test_what_cannot_be_grown_is_refused(change: dict, message: str) -> None:
 @pytest.mark.parametrize(
     ("parent", "target"),
     [
-        ("vocab_adapter", ExpertConfig(layers=(1,), rank=8)),  # drops the vocabulary parts
         (
             "vocab_adapter",
-            ExpertConfig(
-                layers=(),
-                rank=0,
-                kind="vocab",
-                vocab_size=8,
-                output_rank=4,
-                token_rank=4,
-                token_layer=1,
-                logit_bias=True,
-            ),
+            ExpertConfig(kind="adapter", layers=(1,), rank=8),
+        ),  # drops the vocabulary parts
+        (
+            "vocab_adapter",
+            vocab_only_config(8, output_rank=4, token_rank=4, token_layer=1, logit_bias=True),
         ),  # drops the adapters
-        ("adapter", ExpertConfig(layers=(), rank=0, kind="vocab", vocab_size=8, output_rank=2)),
+        ("adapter", vocab_only_config(8, output_rank=2)),
     ],
 )
 def test_a_kind_change_that_is_not_a_superset_is_refused(parent: str, target) -> None:
     configs = {
         "vocab_adapter": growths(8)["vocab_adapter_everything"][0],
-        "adapter": ExpertConfig(layers=(1,), rank=16),
+        "adapter": ExpertConfig(kind="adapter", layers=(1,), rank=16),
     }
     with pytest.raises(ExpertConfigError, match="not a superset"):
         grow(Expert(configs[parent], hidden_size=8), target)
@@ -187,8 +192,10 @@ def test_union_and_scaled_configs_only_ever_grow() -> None:
 
 def test_ranks_off_the_multiple_of_8_grow_to_within_float_rounding(trunk) -> None:
     """A rank-3 parent grown to rank 7: the same function up to summation order."""
-    parent = randomize(Expert(ExpertConfig(layers=(0, 1), rank=3), trunk.hidden_size), seed=5)
-    grown = grow(parent, ExpertConfig(layers=(0, 1), rank=7))
+    parent = randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=3), trunk.hidden_size), seed=5
+    )
+    grown = grow(parent, ExpertConfig(kind="adapter", layers=(0, 1), rank=7))
     ids, mask = _batch(trunk)
     mixture = Mixture(trunk, {"parent": parent, "grown": grown})
     with torch.no_grad():

@@ -24,7 +24,7 @@ def _tensor_hashes(module: torch.nn.Module) -> dict[str, str]:
 
 def test_registering_b_c_d_leaves_a_and_the_trunk_bit_identical(trunk, tmp_path: Path) -> None:
     store = ExpertStore(tmp_path / "store", trunk.fingerprint)
-    config = ExpertConfig(layers=(0, 1), rank=8)
+    config = ExpertConfig(kind="adapter", layers=(0, 1), rank=8)
     store.put("A", randomize(Expert(config, trunk.hidden_size), seed=10), "dom-a", [1.0, 0.0])
     table: dict[str, Expert] = {"A": store.get("A")}
     enc = trunk.tokenizer(

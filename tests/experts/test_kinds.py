@@ -23,12 +23,17 @@ BEFORE_KINDS = Path(__file__).parent / "data" / "store_before_kinds"  # written 
 def kinds(vocab: int) -> dict[str, ExpertConfig]:
     """One config of every kind (and both places of the token delta) for a 2-layer trunk."""
     vocab_parts = dict(vocab_size=vocab, output_rank=3, logit_bias=True)
+    at_input = dict(token_site="input", **vocab_parts)  # the token delta entering its block
     return {
-        "adapter": ExpertConfig(layers=(0, 1), rank=4),
-        "vocab": ExpertConfig(layers=(), rank=0, kind="vocab", token_rank=2, **vocab_parts),
-        "vocab_output_only": ExpertConfig(layers=(), rank=0, kind="vocab", **vocab_parts),
+        "adapter": ExpertConfig(kind="adapter", layers=(0, 1), rank=4),
+        "vocab": ExpertConfig(
+            layers=(), rank=0, kind="vocab", token_rank=2, token_layer=0, **at_input
+        ),
+        "vocab_output_only": ExpertConfig(
+            layers=(), rank=0, kind="vocab", token_rank=0, token_layer=0, **at_input
+        ),
         "vocab_adapter": ExpertConfig(
-            layers=(1,), rank=4, kind="vocab_adapter", token_rank=2, **vocab_parts
+            layers=(1,), rank=4, kind="vocab_adapter", token_rank=2, token_layer=0, **at_input
         ),
         "vocab_adapter_tokens_beside_mlp": ExpertConfig(
             layers=(1,),
@@ -40,7 +45,7 @@ def kinds(vocab: int) -> dict[str, ExpertConfig]:
             **vocab_parts,
         ),
         "vocab_adapter_tokens_at_1": ExpertConfig(
-            layers=(1,), rank=4, kind="vocab_adapter", token_rank=2, token_layer=1, **vocab_parts
+            layers=(1,), rank=4, kind="vocab_adapter", token_rank=2, token_layer=1, **at_input
         ),
     }
 
@@ -151,7 +156,7 @@ def test_an_expert_stored_before_kinds_loads_bit_for_bit_as_an_adapter(tmp_path:
     shutil.copytree(BEFORE_KINDS, root)
     store = ExpertStore(root, "f" * 64)
     expert = store.get("old-adapter-1")
-    assert expert.config == ExpertConfig(layers=(0, 1), rank=4)
+    assert expert.config == ExpertConfig(kind="adapter", layers=(0, 1), rank=4)
     assert expert.config.kind == "adapter"
     on_disk = load_file(str(root / "old-adapter-1" / WEIGHTS))
     assert set(on_disk) == set(expert.tensors())
@@ -225,8 +230,11 @@ def test_a_token_delta_beyond_the_trunk_is_refused_by_the_mixture(gpt2_trunk) ->
         rank=2,
         kind="vocab_adapter",
         vocab_size=_vocab(gpt2_trunk),
+        output_rank=0,
         token_rank=2,
         token_layer=5,
+        token_site="input",
+        logit_bias=False,
     )
     mixture = Mixture(gpt2_trunk, {"e": Expert(config, gpt2_trunk.hidden_size)})
     ids, mask = _batch(gpt2_trunk)

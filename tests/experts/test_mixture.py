@@ -26,7 +26,7 @@ def test_untrained_expert_changes_no_trunk_output_bit_for_bit(trunk) -> None:
     ids, mask = _batch(trunk, TEXTS)
     with torch.no_grad():
         baseline = trunk.model(input_ids=ids, attention_mask=mask).logits
-        zero = Expert(ExpertConfig(layers=(0, 1), rank=8), trunk.hidden_size)
+        zero = Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=8), trunk.hidden_size)
         mixture = Mixture(trunk, {"zero": zero})
         every_row = mixture.forward(ids, mask, weights=[{"zero": 1.0}] * 3)
         some_rows = mixture.forward(ids, mask, weights=[{"zero": 0.7}, {}, {"zero": 1.0}])
@@ -36,8 +36,12 @@ def test_untrained_expert_changes_no_trunk_output_bit_for_bit(trunk) -> None:
 
 def test_rows_route_independently_in_a_mixed_batch(trunk) -> None:
     ids, mask = _batch(trunk, TEXTS)
-    a = randomize(Expert(ExpertConfig(layers=(0, 1), rank=4), trunk.hidden_size), seed=1)
-    b = randomize(Expert(ExpertConfig(layers=(1,), rank=4), trunk.hidden_size), seed=2)
+    a = randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=4), trunk.hidden_size), seed=1
+    )
+    b = randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(1,), rank=4), trunk.hidden_size), seed=2
+    )
     mixture = Mixture(trunk, {"a": a, "b": b})
     with torch.no_grad():
         baseline = trunk.model(input_ids=ids, attention_mask=mask).logits
@@ -59,14 +63,14 @@ def test_bad_weights_are_refused(gpt2_trunk) -> None:
         mixture.forward(ids, mask, weights=[{"ghost": 1.0}, {}])
     with pytest.raises(ValueError, match="2 sequences"):
         mixture.forward(ids, mask, weights=[{}])
-    deep = Expert(ExpertConfig(layers=(5,), rank=2), gpt2_trunk.hidden_size)
+    deep = Expert(ExpertConfig(kind="adapter", layers=(5,), rank=2), gpt2_trunk.hidden_size)
     with pytest.raises(ValueError, match="beyond the trunk"):
         Mixture(gpt2_trunk, {"deep": deep}).forward(ids, mask, weights=[{"deep": 1.0}, {}])
 
 
 def test_training_gradients_reach_only_the_expert(trunk) -> None:
     ids, mask = _batch(trunk, TEXTS)
-    expert = Expert(ExpertConfig(layers=(0, 1), rank=4), trunk.hidden_size)
+    expert = Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=4), trunk.hidden_size)
     mixture = Mixture(trunk, {"new": expert})
     loss = mixture.loss(ids, mask, weights=[{"new": 1.0}] * 3)
     assert loss.shape == (3,)

@@ -63,7 +63,9 @@ def test_the_inverting_backward_matches_autograd(dtype, bound) -> None:
 def test_an_experts_gradient_through_the_inverting_backward_is_autograds() -> None:
     model = _model()  # trainable blocks (a dense fine-tune of trunk and expert together)
     trunk = Trunk(model, None, "f" * 64, 32, 4, "gpt2", Path("."))
-    expert = randomize(Expert(ExpertConfig(layers=(1, 3), rank=4), hidden_size=32), seed=2)
+    expert = randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(1, 3), rank=4), hidden_size=32), seed=2
+    )
     mixture = Mixture(trunk, {"e": expert})
     ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(4))
     found = {}
@@ -136,7 +138,7 @@ def test_saved_as_safetensors_with_our_model_type_and_loaded_natively(reversible
 def test_experts_of_every_kind_meet_it_as_a_gpt2_trunk_and_start_function_preserving(reversible):
     vocab = reversible.model.config.vocab_size
     kinds = {
-        "adapter": ExpertConfig(layers=(0, 2), rank=4),
+        "adapter": ExpertConfig(kind="adapter", layers=(0, 2), rank=4),
         "vocab_adapter": ExpertConfig(
             layers=(1,),
             rank=4,
@@ -145,6 +147,7 @@ def test_experts_of_every_kind_meet_it_as_a_gpt2_trunk_and_start_function_preser
             output_rank=2,
             token_rank=2,
             token_layer=1,
+            token_site="input",
             logit_bias=True,
         ),
         "vocab": ExpertConfig(
@@ -152,9 +155,11 @@ def test_experts_of_every_kind_meet_it_as_a_gpt2_trunk_and_start_function_preser
             rank=0,
             kind="vocab",
             vocab_size=vocab,
+            output_rank=0,
             token_rank=2,
             token_layer=0,
             token_site="mlp",
+            logit_bias=False,
         ),
     }
     experts = {k: Expert(c, reversible.hidden_size) for k, c in kinds.items()}

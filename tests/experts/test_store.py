@@ -27,7 +27,9 @@ CENTROID = [0.6, 0.8]
 
 
 def _expert(seed: int, rank: int = 4, width: int = 32) -> Expert:
-    return randomize(Expert(ExpertConfig(layers=(0, 1), rank=rank), hidden_size=width), seed=seed)
+    return randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=rank), hidden_size=width), seed=seed
+    )
 
 
 class DirLayout:

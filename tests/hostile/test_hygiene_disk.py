@@ -110,7 +110,9 @@ def test_the_evaluator_holds_experts_only_through_the_store_budget(
     ids = [f"e{i}" for i in range(4)]
     sizes = []
     for i, eid in enumerate(ids):
-        expert = randomize(Expert(ExpertConfig(layers=(0, 1), rank=4), trunk.hidden_size), i)
+        expert = randomize(
+            Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=4), trunk.hidden_size), i
+        )
         sizes.append(writer.put(eid, expert, "d", [1.0, 0.0]).size_bytes)
     store = ExpertStore(tmp_path / "store", trunk.fingerprint, lru_budget_bytes=max(sizes))
     loaded: list[weakref.ref] = []

@@ -125,7 +125,9 @@ def test_a_record_built_in_code_is_checked_by_validated() -> None:
 @pytest.fixture
 def store(tmp_path: Path) -> ExpertStore:
     store = ExpertStore(tmp_path / "store", "f" * 64)
-    expert = randomize(Expert(ExpertConfig(layers=(0, 1), rank=4), hidden_size=32), seed=1)
+    expert = randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=4), hidden_size=32), seed=1
+    )
     store.put("legal-e1", expert, "legal", [0.6, 0.8])
     return store
 

@@ -54,7 +54,9 @@ def test_a_stored_experts_registration_a_status_and_a_dead_letter_round_trip(
     tmp_path: Path,
 ) -> None:
     store = ExpertStore(tmp_path / "store", "f" * 64)
-    expert = randomize(Expert(ExpertConfig(layers=(0, 1), rank=4), hidden_size=32), seed=1)
+    expert = randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=4), hidden_size=32), seed=1
+    )
     centroid = [round(1 / math.sqrt(3), 7)] * 3
     summary = {"heldout_ppl_after": 12.5, "evals": [[0, math.inf], [5, 12.5]], "note": None}
     manifest = store.put("legal-e1", expert, "legal", centroid, summary=summary, job_id="job-1")

@@ -17,7 +17,9 @@ FP = "f" * 64
 
 
 def _expert(seed: int) -> Expert:
-    return randomize(Expert(ExpertConfig(layers=(0,), rank=2), hidden_size=16), seed=seed)
+    return randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(0,), rank=2), hidden_size=16), seed=seed
+    )
 
 
 def test_leftovers_of_ended_writers_are_removed_live_ones_kept(tmp_path: Path) -> None:

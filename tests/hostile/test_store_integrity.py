@@ -27,7 +27,9 @@ CENTROID = [0.6, 0.8]
 
 
 def _expert(seed: int, width: int = 32) -> Expert:
-    return randomize(Expert(ExpertConfig(layers=(0, 1), rank=4), hidden_size=width), seed=seed)
+    return randomize(
+        Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=4), hidden_size=width), seed=seed
+    )
 
 
 class _NoEmbedder:

@@ -19,7 +19,9 @@ from worx.records import RecordError
 def table(tmp_path: Path) -> ExpertTable:
     store = ExpertStore(tmp_path / "store", "f" * 64)
     for i, (expert_id, domain) in enumerate((("legal-e1", "legal"), ("code-e1", "code"))):
-        expert = randomize(Expert(ExpertConfig(layers=(0, 1), rank=4), hidden_size=32), seed=i)
+        expert = randomize(
+            Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=4), hidden_size=32), seed=i
+        )
         store.put(expert_id, expert, domain, [0.6, 0.8] if i else [0.8, 0.6])
     return ExpertTable({m: store.manifest(m) for m in store.ids()}, store.get, version=2)
 

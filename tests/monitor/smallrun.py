@@ -66,7 +66,7 @@ class TrigramEmbedder:
 
 def train_expert(trunk: Trunk, texts: list[str], seed: int, steps: int = 40) -> Expert:
     torch.manual_seed(seed)
-    expert = Expert(ExpertConfig(layers=(0, 1), rank=16), trunk.hidden_size)
+    expert = Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=16), trunk.hidden_size)
     mixture = Mixture(trunk, {"new": expert})
     opt = torch.optim.Adam(expert.parameters(), lr=1e-2)
     enc = trunk.tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=64)

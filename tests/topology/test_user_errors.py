@@ -174,6 +174,15 @@ def test_a_mistyped_variable_is_named_with_the_nearest(capsys, monkeypatch, vari
     )
 
 
+def test_an_old_expert_variable_is_one_line_naming_the_new_key(capsys, monkeypatch):
+    monkeypatch.setenv("WORX_TRAINER__EXPERT_RANK", "64")
+    line = one_line_error(capsys, ["experts", "list"])
+    assert line == (
+        "worx: configuration error: trainer.expert_rank moved: use WORX_TRAINER__EXPERT__RANK "
+        "([trainer.expert] rank) instead of WORX_TRAINER__EXPERT_RANK"
+    )
+
+
 def test_a_variable_of_another_tool_is_left_alone(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("WORX_E2E_MARKER", "x")
     (tmp_path / "store").mkdir()

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from experts.expert import ExpertConfig
 from experts.testing import build_tiny_trunk
 from experts.trunk import load_trunk
 from tests.trainer.conftest import corpus_texts, tensor_hashes
@@ -70,10 +71,7 @@ def test_recipe_trains_the_same_expert_with_and_without_the_kernel(trunk) -> Non
         eval_every=4,
         device="cpu",
         progress=False,
-        expert_rank=8,
-        expert_output_rank=4,
-        expert_token_rank=4,
-        expert_layers=(0, 1, 2),
+        expert=ExpertConfig(rank=8, output_rank=4, token_rank=4, layers=(0, 1, 2)),
     )
     train, held = corpus_texts("scripture", 12), corpus_texts("scripture", 3, skip=12)
     before = tensor_hashes(trunk.model)

@@ -207,7 +207,9 @@ def test_a_job_whose_expert_another_worker_stored_meanwhile_ends_with_that_exper
         docs = fetch(job_to_fetch)
         from experts.expert import Expert, ExpertConfig
 
-        other = Expert(ExpertConfig(layers=(0,), rank=2), hidden_size=trunk.hidden_size)
+        other = Expert(
+            ExpertConfig(kind="adapter", layers=(0,), rank=2), hidden_size=trunk.hidden_size
+        )
         other_store = ExpertStore(tmp_path / "store", trunk.fingerprint)  # the other process
         other_store.put(
             expert_id_for(job.job_id), randomize(other, 7), job.domain_id, job.centroid,

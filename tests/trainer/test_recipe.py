@@ -38,7 +38,7 @@ def scripture() -> tuple[list[str], list[str]]:
 
 def test_a_job_lowers_heldout_perplexity_and_touches_nothing_else(trunk, scripture, tmp_path):
     store = ExpertStore(tmp_path / "store", trunk.fingerprint)
-    existing = Expert(ExpertConfig(layers=(1, 2), rank=4), trunk.hidden_size)
+    existing = Expert(ExpertConfig(kind="adapter", layers=(1, 2), rank=4), trunk.hidden_size)
     with torch.no_grad():
         for p in existing.parameters():
             p.normal_(0, 0.1)
@@ -125,7 +125,7 @@ def test_resume_after_interruption_gives_the_same_expert_as_a_straight_run(
 
 
 def test_activation_checkpointing_gives_the_same_gradients(trunk):
-    expert = Expert(ExpertConfig(layers=(1, 2), rank=4), trunk.hidden_size)
+    expert = Expert(ExpertConfig(kind="adapter", layers=(1, 2), rank=4), trunk.hidden_size)
     with torch.no_grad():
         for p in expert.parameters():
             p.normal_(0, 0.1)
@@ -158,7 +158,7 @@ def test_the_chunked_loss_equals_the_mixture_loss_with_the_same_gradients(trunk)
         output_layer,
     )
 
-    expert = Expert(ExpertConfig(layers=(2,), rank=4), trunk.hidden_size)
+    expert = Expert(ExpertConfig(kind="adapter", layers=(2,), rank=4), trunk.hidden_size)
     with torch.no_grad():
         for p in expert.parameters():
             p.normal_(0, 0.1)

@@ -7,12 +7,13 @@ import dataclasses
 
 import pytest
 
+from experts.expert import ExpertConfig
 from experts.growth import union_config
 from tests.trainer.conftest import corpus_texts, tensor_hashes
 from trainer.config import TrainerConfig
 from trainer.recipes.expert import train_expert
 
-SMALL = dict(expert_rank=16, expert_output_rank=16, expert_token_rank=16, expert_layers=(2,))
+SMALL = dict(rank=16, output_rank=16, token_rank=16, layers=(2,))  # [trainer.expert]
 CFG = TrainerConfig(
     max_steps=2,
     seq_len=64,
@@ -23,7 +24,7 @@ CFG = TrainerConfig(
     candidate_eval_rows=0,
     progress=False,
     device="cpu",
-    **SMALL,
+    expert=ExpertConfig(**SMALL),
 )
 TRAIN, HELD = corpus_texts("legal", 12), corpus_texts("legal", 4, skip=12)
 
@@ -48,7 +49,7 @@ def _step0(result) -> float:
 
 def test_a_branch_grows_to_the_configured_shape_and_starts_as_its_parent(trunk, parent) -> None:
     hashes = tensor_hashes(parent)
-    larger = dict(expert_rank=32, expert_output_rank=32, expert_layers=(1, 2))
+    larger = {"expert": ExpertConfig(**{**SMALL, "rank": 32, "output_rank": 32, "layers": (1, 2)})}
     kept = _run(trunk, parent, own=1.0, growth_fit_ratio=0.0, grow_to_configured=False, **larger)
     grown = _run(trunk, parent, own=1.0, growth_fit_ratio=0.0, **larger)
     assert kept.expert.config == parent.config and kept.summary["growth"] is None

@@ -26,22 +26,24 @@ CFG = TrainerConfig(
     progress=False,
 )
 SETTINGS = {  # TrainerConfig fields of each kind measured here
-    "adapter": {"expert_kind": "adapter", "expert_rank": 8},
-    "vocab": {"expert_kind": "vocab", "expert_output_rank": 4, "expert_token_rank": 4},
-    "vocab_adapter_tokens_at_input": {"expert_rank": 8, "expert_output_rank": 4},
+    "adapter": {"expert": ExpertConfig(kind="adapter", rank=8)},
+    "vocab": {"expert": ExpertConfig(kind="vocab", output_rank=4, token_rank=4)},
+    "vocab_adapter_tokens_at_input": {"expert": ExpertConfig(rank=8, output_rank=4)},
     "vocab_adapter_tokens_beside_mlp": {
-        "expert_rank": 8,
-        "expert_output_rank": 4,
-        "expert_token_layer": 2,
-        "expert_token_site": "mlp",
+        "expert": ExpertConfig(rank=8, output_rank=4, token_layer=2, token_site="mlp"),
     },
 }
 
 
 def _vocab_config(trunk, **kwargs) -> ExpertConfig:
     vocab = int(output_layer(trunk.model).weight.shape[0])
+    parts = dict(token_rank=0, token_layer=0, token_site="input")  # unless kwargs say
     return ExpertConfig(
-        kind="vocab_adapter", vocab_size=vocab, output_rank=3, logit_bias=True, **kwargs
+        kind="vocab_adapter",
+        vocab_size=vocab,
+        output_rank=3,
+        logit_bias=True,
+        **{**parts, **kwargs},
     )
 
 
@@ -117,7 +119,7 @@ def test_every_kind_learns_and_leaves_the_trunk_untouched(trunk, kind) -> None:
     config = dataclasses.replace(CFG, **SETTINGS[kind])
     result = train_expert(trunk, train, heldout, config)
     summary = result.summary
-    assert summary["expert_config"].get("kind", "adapter") == config.expert_kind
+    assert summary["expert_config"].get("kind", "adapter") == config.expert.kind
     assert summary["heldout_ppl_after"] < (1 - CFG.gate_margin) * summary["heldout_ppl_trunk"]
     assert tensor_hashes(trunk.model) == before
 

@@ -136,7 +136,7 @@ def test_a_drift_job_branches_from_its_parent_without_touching_it(
     from experts.expert import Expert, ExpertConfig
 
     worker, store = _worker(kafka_conf, topics, trunk, tmp_path)
-    parent = Expert(ExpertConfig(layers=(1, 2), rank=16), trunk.hidden_size)
+    parent = Expert(ExpertConfig(kind="adapter", layers=(1, 2), rank=16), trunk.hidden_size)
     store.put("scripture-v1", parent, "scripture", [0.6, 0.8])
     parent_sha = store.manifest("scripture-v1").sha256
     placed = produce_docs(kafka_conf, topics.docs, corpus_texts("scripture", 14, skip=60), "d")

@@ -116,7 +116,7 @@ def build(args: argparse.Namespace):
 
     import psutil
 
-    from experts.expert import KINDS
+    from experts.shape import KINDS
     from trainer.config import TrainerConfig
     from trainer.plan import (
         ExpertSpec,
@@ -139,7 +139,7 @@ def build(args: argparse.Namespace):
     if top_k > count:
         raise _BadArgument(f"--top-k {top_k} is more than --experts {count}")
     config = TrainerConfig()
-    kind = args.expert_kind or config.expert_kind
+    kind = args.expert_kind or config.expert.kind
     if kind not in KINDS:
         raise _BadArgument(f"--expert-kind {kind!r}: use one of {', '.join(KINDS)}")
     if args.expert_size is not None and args.rank is not None:
@@ -149,15 +149,14 @@ def build(args: argparse.Namespace):
             size = parse_count(args.expert_size)
             expert = ExpertSpec.sized(trunk, kind, size, config, count=count)
         else:
+            ranks = {}  # --expert-kind and --rank: [trainer.expert] kind and rank
             if args.rank is not None:
                 rank = _int(args, "rank", 1)
                 ranks = (
-                    {"expert_output_rank": rank, "expert_token_rank": rank}
-                    if kind == "vocab"
-                    else {"expert_rank": rank}
+                    {"output_rank": rank, "token_rank": rank} if kind == "vocab" else {"rank": rank}
                 )
-                config = dataclasses.replace(config, **ranks)
-            config = dataclasses.replace(config, expert_kind=kind)
+            shape = dataclasses.replace(config.expert, kind=kind, **ranks)
+            config = dataclasses.replace(config, expert=shape)
             expert = ExpertSpec.from_trainer_config(trunk, config, count=count)
     except ValueError as exc:
         raise _BadArgument(f"expert: {exc}") from None

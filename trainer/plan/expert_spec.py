@@ -55,8 +55,7 @@ class ExpertSpec:
         """The expert a job of ``config`` trains on ``trunk`` (trainer.expert_setup's rule)."""
         from trainer.expert_setup import expert_config_for
 
-        expert_config = expert_config_for(_StandIn(trunk), config)
-        expert_config.validate(trunk.layers)
+        expert_config = expert_config_for(_StandIn(trunk), config)  # checked against the trunk
         return cls.from_config(expert_config, trunk.hidden, count)
 
     @classmethod
@@ -70,20 +69,18 @@ class ExpertSpec:
     ) -> ExpertSpec:
         """The expert of ``kind`` whose rank brings it closest to ``params`` parameters.
 
-        Adapter kinds scale ``expert_rank``; kind ``vocab`` scales both vocabulary ranks.
+        Adapter kinds scale the adapters' ``rank``; kind ``vocab`` scales both vocabulary ranks.
         """
         if kind not in KINDS:
             raise ValueError(f"expert kind {kind!r}: use one of {KINDS}")
         if params < 1:
             raise ValueError(f"expert size must be >= 1 parameter, got {params}")
-        base = dataclasses.replace(config or TrainerConfig(), expert_kind=kind)
+        base = config or TrainerConfig()
 
         def build(rank: int) -> ExpertSpec:
-            if kind == "vocab":
-                cfg = dataclasses.replace(base, expert_output_rank=rank, expert_token_rank=rank)
-            else:
-                cfg = dataclasses.replace(base, expert_rank=rank)
-            return cls.from_trainer_config(trunk, cfg, count)
+            ranks = {"output_rank": rank, "token_rank": rank} if kind == "vocab" else {"rank": rank}
+            shape = dataclasses.replace(base.expert, kind=kind, **ranks)
+            return cls.from_trainer_config(trunk, dataclasses.replace(base, expert=shape), count)
 
         low, high = 1, 1
         while build(high).params < params and high < 1 << 24:
