@@ -236,6 +236,23 @@ def run_stationary(scenario: Scenario, pipe: Pipeline, n: int, seed: int, progre
     }
 
 
+def from_empty_table(
+    stream: list[LabelledDoc], config: RouterConfig, embedder, desc: str, args: tuple
+) -> tuple[Pipeline, list[str], float, float]:
+    """Run ``stream`` through a pipeline that starts with no domain; returns the pipeline,
+    the labels and the NMI and purity of each document's nearest final centroid.
+    ``args``: (seed, progress, interleave, lag)."""
+    seed, progress, interleave, lag = args
+    pipe = Pipeline(config, embedder, interleave=interleave, lag=lag, seed=seed)
+    for doc in tqdm(stream, desc=desc, disable=not progress, mininterval=2):
+        pipe.feed(doc)
+    pipe.flush()
+    labels = [d.domain for d in stream]
+    vectors = embedder.embed([d.text for d in stream])
+    nmi, purity = nmi_purity(labels, pipe.final_assignment(vectors, thresholds=False))
+    return pipe, labels, nmi, purity
+
+
 def run_from_scratch(
     scenario: Scenario,
     config: RouterConfig,
@@ -247,15 +264,11 @@ def run_from_scratch(
     lag: int = 0,
 ) -> dict:
     """A mixture of every domain from an empty table: how many domains it finds."""
-    pipe = Pipeline(config, embedder, interleave=interleave, lag=lag, seed=seed)
     stream = list(scenario.mixture(n, seed=seed + 13))
-    for doc in tqdm(stream, desc="mixture from scratch", disable=not progress, mininterval=2):
-        pipe.feed(doc)
-    pipe.flush()
+    pipe, _, nmi, _ = from_empty_table(
+        stream, config, embedder, "mixture from scratch", (seed, progress, interleave, lag)
+    )
     hints = [row.label_hint for row in pipe.discover.table.rows()]
-    labels = [d.domain for d in stream]
-    vectors = embedder.embed([d.text for d in stream])
-    nmi, _ = nmi_purity(labels, pipe.final_assignment(vectors, thresholds=False))
     return {
         "scratch_domains": len(hints),
         "scratch_distinct_labels": len(set(hints)),
@@ -275,14 +288,10 @@ def run_mixed(
 ) -> dict:
     """A company-shaped stream (:meth:`Scenario.company`: Zipf-like frequencies, many kinds
     from the start, some joining later, some fading and coming back) from an empty table."""
-    pipe = Pipeline(config, embedder, interleave=interleave, lag=lag, seed=seed)
     stream = list(scenario.company(n, seed=seed))
-    for doc in tqdm(stream, desc="company mixture", disable=not progress, mininterval=2):
-        pipe.feed(doc)
-    pipe.flush()
-    labels = [d.domain for d in stream]
-    vectors = embedder.embed([d.text for d in stream])
-    nmi, purity = nmi_purity(labels, pipe.final_assignment(vectors, thresholds=False))
+    pipe, labels, nmi, purity = from_empty_table(
+        stream, config, embedder, "company mixture", (seed, progress, interleave, lag)
+    )
     counts = Counter(labels)
     hints = {row.domain_id: row.label_hint for row in pipe.discover.table.rows()}
     promoted_at: dict[str, int] = {}  # label -> position of its first domain's promotion
