@@ -7,7 +7,7 @@ same run, on the same broker:
 - ``passthrough``: confluent consume -> produce the bytes (and key) unchanged, with the
   same batch, flush and commit discipline as the ingest runner (the baseline);
 - ``docs`` (ours, what ``worx connect`` runs): the same loop through the ingest stage
-  (:class:`topology.runner.StageRunner` + :class:`ingest.stage.NormaliseStage`);
+  (:class:`topology.runtimes.stage_runner.StageRunner` + :class:`ingest.stage.NormaliseStage`);
 - ``faust``: the same stage as the Faust agent of ``worx stream --agents normalise``.
 
 Throughput is measured on the output topic: (messages - 1) / (last - first producer
@@ -43,11 +43,16 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 
 from ingest.stage import NormaliseStage  # noqa: E402
-from topology.broker import bootstrap  # noqa: E402
-from topology.config import WorxConfig  # noqa: E402
-from topology.kafka import DeliveryTracker, make_consumer, make_producer, produce  # noqa: E402
-from topology.runner import StageRunner  # noqa: E402
-from topology.topics import Topics, ensure_topics  # noqa: E402
+from topology.composition.embedded_broker import bootstrap  # noqa: E402
+from topology.composition.kafka_clients import (  # noqa: E402
+    DeliveryTracker,
+    make_consumer,
+    make_producer,
+    produce,
+)
+from topology.composition.topics import Topics, ensure_topics  # noqa: E402
+from topology.composition.worx_config import WorxConfig  # noqa: E402
+from topology.runtimes.stage_runner import StageRunner  # noqa: E402
 from worx.bundled import read_lines  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

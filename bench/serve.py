@@ -246,10 +246,10 @@ def bench_serving(trunk: Trunk, tmp: Path, args: argparse.Namespace, embedder) -
     from experts.serving import ExpertServer
     from experts.store import ExpertStore
     from router.gate import Gate
-    from topology.broker import EmbeddedBroker
-    from topology.hot import RegistrationFollower
-    from topology.http_api import make_http_server
-    from topology.topics import Topics, ensure_topics
+    from topology.composition.embedded_broker import EmbeddedBroker
+    from topology.composition.topics import Topics, ensure_topics
+    from topology.serve.http_api import make_http_server
+    from topology.serve.registration_follower import RegistrationFollower
 
     root = tmp / "store"
     store = ExpertStore(root, trunk.fingerprint)

@@ -150,8 +150,8 @@ def main() -> None:
     from experts.testing import build_tiny_trunk
     from experts.trunk import load_trunk
     from router.embed import default_embedder
-    from topology.broker import EmbeddedBroker
-    from topology.topics import Topics, ensure_topics
+    from topology.composition.embedded_broker import EmbeddedBroker
+    from topology.composition.topics import Topics, ensure_topics
 
     load_before = os.getloadavg()
     embedder = default_embedder()

@@ -5,7 +5,7 @@ The same ``--docs`` documents (a seeded mixture of the bundled corpus, seed 99 a
 against a table of one domain per bundled label (centroid of 60 of its documents), on the
 embedded broker (one partition, topics fresh per run):
 
-- ``plain``: ``worx route``'s worker (:class:`topology.runner.StageRunner` feeding
+- ``plain``: ``worx route``'s worker (:class:`topology.runtimes.stage_runner.StageRunner` feeding
   :class:`router.route.RouteStage`, whose ``process_batch`` embeds each consumed batch in
   one call: :mod:`router.embed_hashing`);
 - ``plain_legacy``: the same worker with today's code path before that change kept
@@ -64,8 +64,8 @@ from ingest.records import Doc  # noqa: E402
 from router.config import RouterConfig  # noqa: E402
 from router.embed import default_embedder  # noqa: E402
 from router.records import DomainRecord  # noqa: E402
-from topology.broker import EmbeddedBroker  # noqa: E402
-from topology.topics import Topics, ensure_topics  # noqa: E402
+from topology.composition.embedded_broker import EmbeddedBroker  # noqa: E402
+from topology.composition.topics import Topics, ensure_topics  # noqa: E402
 from worx.scenario import Scenario  # noqa: E402
 
 log = logging.getLogger("bench.stream")
@@ -200,10 +200,10 @@ def run_worker(runtime: str) -> int:
     """The plain runtime's route worker (``worx route``'s), or today's code path."""
     import threading
 
-    from topology.cli_common import stop_on_sigterm
-    from topology.config import load_config
-    from topology.runner import StageRunner
-    from topology.table_follower import TableFollower
+    from topology.commands._shared import stop_on_sigterm
+    from topology.composition.worx_config import load_config
+    from topology.runtimes.stage_runner import StageRunner
+    from topology.runtimes.table_follower import TableFollower
 
     config = load_config(None)
     conf = {"bootstrap.servers": config.kafka.bootstrap_servers}

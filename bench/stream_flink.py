@@ -6,7 +6,7 @@ spread over ``parallelism`` partitions, runs the job route-only (docs -> route -
 worx.routed, no discover: the figure is the route stage's) on a local mini-cluster and
 times it from the first routed record to the last, so the 12-15 s start-up is left out.
 CPU is the job's processes' (the JVM and its Python workers) over that window: the job
-runs its Python workers as processes (``topology.flink_job.create_environment``; PyFlink's
+runs its Python workers as processes (``topology.flink.job.create_environment``; PyFlink's
 local default, "loopback", runs them as threads of this process, uncounted). The route
 stage routes against ``domains`` (the standalone run: bench/stream.py's table, one row per
 bundled label, and its documents).
@@ -40,7 +40,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from ingest.records import Doc  # noqa: E402
 from router.records import DomainRecord  # noqa: E402
-from topology.topics import Topics, ensure_topics  # noqa: E402
+from topology.composition.topics import Topics, ensure_topics  # noqa: E402
 
 
 def _values(messages: Iterable[Doc | bytes]) -> list[tuple[bytes, bytes]]:
@@ -84,9 +84,9 @@ def flink_route_figures(
     routing against ``domains`` (published to ``<prefix>.domains`` before the job starts:
     the route instances take them as broadcast state)."""
     from router.config import RouterConfig
-    from topology.broker import EmbeddedBroker
+    from topology.composition.embedded_broker import EmbeddedBroker
     from topology.flink.checkpoints import as_uri
-    from topology.flink_job import FlinkJobOptions, start
+    from topology.flink.job import FlinkJobOptions, start
 
     values = _values(messages)
     broker = None

@@ -2,9 +2,10 @@
 
 The topic plus the store *is* the expert table: a serving process replays the whole topic
 from the beginning on every start (the runtime that reads it is
-:class:`topology.hot.RegistrationFollower`). Replayed registrations are no-ops (same id,
-same sha256); a tombstone (null value) removes the expert from the table; a record that
-does not decode is reported as a refusal and skipped. No event can fail the server.
+:class:`topology.serve.registration_follower.RegistrationFollower`). Replayed registrations
+are no-ops (same id, same sha256); a tombstone (null value) removes the expert from the
+table; a record that does not decode is reported as a refusal and skipped. No event can
+fail the server.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ class ExpertServer:
         Turns a document embedding into expert weights, through ``domains``.
     domains : DomainTable, optional
         The domain table the gate decides by (the caller feeds it from ``worx.domains``,
-        e.g. with :class:`topology.table_follower.TableFollower`); a new empty one if
+        e.g. with :class:`topology.runtimes.table_follower.TableFollower`); a new empty one if
         None: every text is then served by the trunk alone until domains arrive.
     max_tokens, max_new_tokens : int
         Longest scored text (longer ones are cut, and say so) and generation bound.

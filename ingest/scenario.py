@@ -1,4 +1,4 @@
-"""Moved to :mod:`worx.scenario` (beside the bundled data it reads); topology/demo.py
+"""Moved to :mod:`worx.scenario` (beside the bundled data it reads); topology/loop/demo_run.py
 still imports it from here."""
 
 from worx.scenario import CorpusError, LabelledDoc, Scenario, read_corpus, safe_doc_id

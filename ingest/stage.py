@@ -1,8 +1,8 @@
 """The ingest stage object: raw input in, normalised ``Doc`` or ``DeadLetter`` out.
 
-Knows nothing of Kafka or files: a runtime (``topology.runner.StageRunner``, the Faust
-agent, the file ingestor) hands it a :class:`worx.stage.Message` with the raw bytes, or
-an already parsed object (a CSV row), and produces what it returns.
+Knows nothing of Kafka or files: a runtime (``topology.runtimes.stage_runner.StageRunner``,
+the Faust agent, the file ingestor) hands it a :class:`worx.stage.Message` with the raw
+bytes, or an already parsed object (a CSV row), and produces what it returns.
 
 Dead-letter reasons (stable codes, ``DeadLetter.reason``):
 

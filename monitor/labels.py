@@ -2,7 +2,7 @@
 table's row, without the id fallback: its ``name``, else its ``label_hint``), on disk.
 
 The monitor follows the compacted ``<prefix>.domains`` topic (see
-:class:`topology.table_follower.TableFollower`) into :class:`DomainLabels`, which keeps
+:class:`topology.runtimes.table_follower.TableFollower`) into :class:`DomainLabels`, which keeps
 ``<state_dir>/domain_labels.json`` (a JSON object ``{domain_id: label}``, written
 atomically) so that ``worx report`` and ``worx monitor --once``, which read only the
 state directory, show the same names.

@@ -6,7 +6,7 @@ registrations are kept for the dashboard; a ``train`` job's held-out documents e
 held-out sets (fetched by reference, never trained on); each new registration triggers an
 evaluation of the serving mixture and a step of the dense baseline, whose rows are emitted
 on ``metrics``. The domain table (``domains``, followed from the start by a
-:class:`topology.table_follower.TableFollower` into :meth:`MonitorStage.apply_domain`,
+:class:`topology.runtimes.table_follower.TableFollower` into :meth:`MonitorStage.apply_domain`,
 not the runner) feeds ``labels`` (the names the dashboard shows instead of domain ids)
 and ``domains``, the table the evaluator routes held-out documents by, as the server
 does. Undecodable input is dead-lettered with the reason (except on ``dlq`` itself, which

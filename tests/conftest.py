@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from topology.broker import EmbeddedBroker
-from topology.topics import Topics, ensure_topics
+from topology.composition.embedded_broker import EmbeddedBroker
+from topology.composition.topics import Topics, ensure_topics
 
 _prefixes = itertools.count()
 

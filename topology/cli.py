@@ -2,10 +2,10 @@
 and exposes ``register(subparsers)``; modules are discovered, so adding one touches no other.
 Heavy imports (torch, faust) happen inside the command functions, to keep --help instant.
 
-A :class:`worx.errors.UserError` (a :class:`topology.config.ConfigError` is one) ends the
-command with one line on stderr, ``worx: <what is wrong>; <how to fix it>``, and exit code 2;
-``--debug`` or ``WORX_DEBUG=1`` re-raises it, with its traceback. Any other exception is a
-bug: its traceback is printed, followed by one line saying so.
+A :class:`worx.errors.UserError` (a :class:`topology.composition.worx_config.ConfigError`
+is one) ends the command with one line on stderr, ``worx: <what is wrong>; <how to fix
+it>``, and exit code 2; ``--debug`` or ``WORX_DEBUG=1`` re-raises it, with its traceback.
+Any other exception is a bug: its traceback is printed, followed by one line saying so.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import traceback
 
 import topology.commands
-from topology.config import ConfigError
+from topology.composition.worx_config import ConfigError
 from worx.errors import UserError
 
 DEBUG_ENV = "WORX_DEBUG"
@@ -38,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"show the traceback of a user error too (or set {DEBUG_ENV}=1)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    names = sorted(m.name for m in pkgutil.iter_modules(topology.commands.__path__))
+    # a module whose name starts with "_" holds helpers shared by commands (Django's rule)
+    modules = pkgutil.iter_modules(topology.commands.__path__)
+    names = sorted(m.name for m in modules if not m.name.startswith("_"))
     for name in names:
         importlib.import_module(f"topology.commands.{name}").register(subparsers)
     return parser

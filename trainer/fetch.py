@@ -4,7 +4,7 @@ A job names its documents by id and by the offset ranges ``[start, end)`` of
 ``worx.docs`` where they live. :func:`parse_refs` checks and merges the ranges,
 :func:`take_doc` keeps the wanted texts of the messages read from them, and
 :func:`job_docs` puts the texts in the order of the job's id lists. The reader that
-seeks to the ranges and reads them is a runtime (``topology.fetch.fetch_job_docs``);
+seeks to the ranges and reads them is a runtime (``topology.runtimes.range_reader.fetch_job_docs``);
 the trainer and the monitor are handed it as a function.
 """
 

@@ -3,7 +3,7 @@
 No Kafka here: the runner is handed a sink (``send``/``flush``, :class:`worx.sink.Sink`)
 for its records and a fetch function for a job's documents; the runtime that consumes
 ``worx.train`` one job at a time and commits a job's offset only after :meth:`JobRunner.handle`
-returned is :class:`topology.train_worker.TrainWorker`.
+returned is :class:`topology.runtimes.train_worker.TrainWorker`.
 
 Delivery is at least once, effects are idempotent:
 

@@ -1,7 +1,7 @@
 """What a stage or a job runner writes its records to, without knowing Kafka.
 
 A runtime in ``topology/`` injects an object with these two verbs (the Kafka one is
-:class:`topology.publisher.Publisher`); a test can inject a list.
+:class:`topology.runtimes.publisher.Publisher`); a test can inject a list.
 """
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ def follower_health(followers: Iterable[Any]) -> tuple[bool, dict[str, dict[str,
     """``(all alive, {topic: {"alive", "error"?}})`` of table followers.
 
     A follower is anything with ``topic``, ``alive`` and ``error`` (e.g.
-    :class:`topology.table_follower.TableFollower`).
+    :class:`topology.runtimes.table_follower.TableFollower`).
     """
     report: dict[str, dict[str, Any]] = {}
     for follower in followers:

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from tests.support.kafka import publish_many, read_messages
-from topology.topics import ensure_topics
+from topology.composition.topics import ensure_topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

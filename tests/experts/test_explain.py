@@ -14,7 +14,7 @@ from experts.store import ExpertStore
 from router.embed import default_embedder
 from router.gate import Gate
 from tests.experts.conftest import domain_table, domain_texts, make_domain_expert
-from topology.http_api import make_http_server
+from topology.serve.http_api import make_http_server
 
 CODE = domain_texts("python_code", 1, skip=30)[0]
 BIO = domain_texts("biomedical", 1, skip=30)[0]
@@ -95,7 +95,7 @@ def test_a_run_that_stored_no_expert_is_explained_with_the_trunk_alone(
     from router.records import DomainRecord
     from router.table_file import SavedTable
     from topology.cli import main
-    from topology.run_dir import write_run_file
+    from topology.composition.run_dir import write_run_file
 
     for name in [k for k in os.environ if k.startswith("WORX_")]:
         monkeypatch.delenv(name)

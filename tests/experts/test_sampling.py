@@ -16,7 +16,7 @@ from experts.serving import ExpertServer
 from experts.store import ExpertStore
 from router.embed import default_embedder
 from router.gate import Gate
-from topology.http_api import make_http_server
+from topology.serve.http_api import make_http_server
 
 TEXT = "def add(a, b):\n    return a + b\n"
 TRUNK_ONLY: dict[str, float] = {}  # no expert: the continuation is the trunk's

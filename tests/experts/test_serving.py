@@ -19,8 +19,8 @@ from router.embed import default_embedder
 from router.gate import Gate
 from tests.experts.conftest import domain_table, domain_texts, make_domain_expert
 from tests.support.kafka import publish_many
-from topology.hot import RegistrationFollower
-from topology.http_api import make_http_server
+from topology.serve.http_api import make_http_server
+from topology.serve.registration_follower import RegistrationFollower
 
 CODE = domain_texts("python_code", 1, skip=30)[0]
 LEGAL = domain_texts("legal", 1, skip=30)[0]

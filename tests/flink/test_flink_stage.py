@@ -18,9 +18,9 @@ pytest.importorskip("pyflink", reason='apache-flink is not installed (README "Fl
 from ingest.records import Doc  # noqa: E402
 from router.records import RoutedDoc  # noqa: E402
 from tests.support.kafka import produce, read_messages  # noqa: E402
-from topology.loop import route_and_discover  # noqa: E402
-from topology.supervisor import Supervisor  # noqa: E402
-from topology.topics import Topics, ensure_topics  # noqa: E402
+from topology.composition.topics import Topics, ensure_topics  # noqa: E402
+from topology.loop.orchestrate import route_and_discover  # noqa: E402
+from topology.loop.supervisor import Supervisor  # noqa: E402
 from worx.scenario import Scenario  # noqa: E402
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

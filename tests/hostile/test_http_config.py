@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from topology.config import ConfigError, load_config
+from topology.composition.worx_config import ConfigError, load_config
 
 
 def test_tokens_and_allowed_hosts_have_environment_routes(tmp_path: Path) -> None:

@@ -171,7 +171,7 @@ def test_slow_bodies_and_headers_time_out_and_big_bodies_are_refused(dashboard) 
 
 
 def test_a_stopped_follower_makes_health_503(dashboard, kafka_conf, topics) -> None:
-    from topology.table_follower import TableFollower
+    from topology.runtimes.table_follower import TableFollower
 
     assert get(dashboard, "/health").json() == {"status": "ok", "followers": {}}
     follower = TableFollower(kafka_conf, topics.domains, lambda row: None).start()

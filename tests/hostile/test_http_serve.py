@@ -24,7 +24,7 @@ from router.embed import default_embedder
 from router.gate import Gate
 from tests.experts.conftest import domain_table, domain_texts, make_domain_expert
 from tests.hostile.http_raw import Answer, exchange, flood, request
-from topology.http_api import make_http_server
+from topology.serve.http_api import make_http_server
 from worx.web import HttpLimits
 
 TOKEN = "hostile-test-token-5f3a"
@@ -317,7 +317,7 @@ def test_a_missing_or_wrong_token_is_401_and_never_echoed(served) -> None:
 
 
 def test_a_stopped_follower_makes_health_503_with_which_and_why(served, kafka_conf, topics) -> None:
-    from topology.table_follower import TableFollower
+    from topology.runtimes.table_follower import TableFollower
 
     follower = TableFollower(kafka_conf, topics.domains, served.server.domains.apply).start()
     served.followers.append(follower)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from topology.config import ConfigError, load_config
-from topology.faust_app import _credentials
+from topology.composition.worx_config import ConfigError, load_config
+from topology.faust.app import _credentials
 
 SECRET = "hunter2-do-not-print"
 

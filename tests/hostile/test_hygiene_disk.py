@@ -20,7 +20,7 @@ from monitor.evaluator import Evaluator
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory
 from tests.experts.conftest import randomize, trunk_dirs  # noqa: F401 - a shared fixture
-from topology.supervisor import ChildSpec, Supervisor, rotate_log
+from topology.loop.supervisor import ChildSpec, Supervisor, rotate_log
 from trainer.config import TrainerConfig
 from trainer.job_retention import prune_ended_jobs
 

@@ -27,7 +27,7 @@ from tests.support.kafka import publish, read_messages
 # the child's publisher drops every worx.metrics record and blocks at the flush after one
 SWALLOW_METRICS = r"""
 def install(block):
-    import topology.publisher as publisher
+    import topology.runtimes.publisher as publisher
     send = publisher.Publisher.send
     flush = publisher.Publisher.flush
     held = []

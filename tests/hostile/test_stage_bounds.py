@@ -20,10 +20,10 @@ from router.config import RouterConfig
 from router.discover import DiscoverStage
 from router.records import DomainRecord
 from router.route import RouteStage
-from topology.expert_registrations import ExpertRegistrations
-from topology.runner import apply_stage
-from topology.topics import Topics
-from topology.watch import LoopState, LoopWatcher, RecentIds
+from topology.composition.topics import Topics
+from topology.loop.watcher import LoopState, LoopWatcher, RecentIds
+from topology.runtimes.expert_registrations import ExpertRegistrations
+from topology.runtimes.stage_runner import apply_stage
 from trainer.records import TrainStatus
 from worx.stage import Message
 

@@ -2,7 +2,7 @@
 
 ``worx.routed`` (its input), ``worx.domains`` and ``worx.experts`` (its followers) each get
 the hostile catalogue of :mod:`tests.hostile.hostile_records` between good records, in
-one run of :class:`~topology.discover_runner.DiscoverRunner`. It keeps running, issues
+one run of :class:`~topology.runtimes.discover_runner.DiscoverRunner`. It keeps running, issues
 the same jobs and domain rows as a clean in-process run of the same stage over the good
 records, and every hostile record is on ``worx.dlq`` with its reason.
 """
@@ -33,8 +33,8 @@ from tests.hostile.hostile_records import (
     until,
 )
 from tests.support.kafka import drain, read_messages
-from topology.discover_runner import DiscoverRunner
-from topology.topics import Topics
+from topology.composition.topics import Topics
+from topology.runtimes.discover_runner import DiscoverRunner
 from worx.scenario import Scenario
 from worx.stage import Message
 

@@ -36,7 +36,7 @@ from tests.hostile.hostile_records import (
     send,
 )
 from tests.support.kafka import drain, read_messages
-from topology.topics import Topics, ensure_topics
+from topology.composition.topics import Topics, ensure_topics
 from worx.scenario import Scenario
 from worx.stage import Message
 

@@ -1,6 +1,6 @@
 """A table follower never dies silently: what stops it is kept and reported, and the stage
-that depends on it stops with :class:`~topology.runner.FollowerDied` (its command exits
-non-zero, so its supervisor restarts it). On the real embedded broker."""
+that depends on it stops with :class:`~topology.runtimes.stage_runner.FollowerDied` (its
+command exits non-zero, so its supervisor restarts it). On the real embedded broker."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from router.records import DomainRecord
 from router.route import RouteStage
 from tests.hostile.hostile_records import send, until
-from topology.runner import FollowerDied, StageRunner
-from topology.table_follower import TableFollower
-from topology.topics import Topics
+from topology.composition.topics import Topics
+from topology.runtimes.stage_runner import FollowerDied, StageRunner
+from topology.runtimes.table_follower import TableFollower
 
 pytestmark = pytest.mark.broker
 

@@ -37,9 +37,9 @@ from tests.hostile.hostile_records import (
 )
 from tests.monitor.conftest import run_copy, small_run  # noqa: F401 - fixtures
 from tests.monitor.smallrun import SmallRun
-from topology.runner import StageRunner
-from topology.table_follower import TableFollower
-from topology.topics import Topics
+from topology.composition.topics import Topics
+from topology.runtimes.stage_runner import StageRunner
+from topology.runtimes.table_follower import TableFollower
 from trainer.records import TrainStatus
 from worx.stage import Message
 

@@ -39,9 +39,9 @@ from tests.hostile.hostile_records import (
     until,
 )
 from tests.support.kafka import read_messages
-from topology.runner import StageRunner
-from topology.table_follower import TableFollower
-from topology.topics import Topics
+from topology.composition.topics import Topics
+from topology.runtimes.stage_runner import StageRunner
+from topology.runtimes.table_follower import TableFollower
 from worx.scenario import Scenario
 from worx.stage import Message
 

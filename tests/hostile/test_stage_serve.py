@@ -35,9 +35,9 @@ from tests.hostile.hostile_records import (
     send,
     until,
 )
-from topology.hot import RegistrationFollower
-from topology.table_follower import TableFollower
-from topology.topics import Topics
+from topology.composition.topics import Topics
+from topology.runtimes.table_follower import TableFollower
+from topology.serve.registration_follower import RegistrationFollower
 
 pytestmark = pytest.mark.broker
 DOMAINS = ("python_code", "legal")

@@ -27,8 +27,8 @@ from tests.hostile.hostile_records import (
 )
 from tests.support.kafka import produce_docs, read_records
 from tests.trainer.conftest import corpus_texts, make_job, trunk, trunk_dir  # noqa: F401
-from topology.topics import Topics
-from topology.train_worker import TrainWorker
+from topology.composition.topics import Topics
+from topology.runtimes.train_worker import TrainWorker
 from trainer.config import TrainerConfig
 from trainer.records import TrainStatus
 from trainer.worker import expert_id_for

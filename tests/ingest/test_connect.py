@@ -12,8 +12,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ingest.records import DeadLetter, Doc
 from topology.commands.connect import build_connector
-from topology.config import WorxConfig
-from topology.kafka import DeliveryTracker
+from topology.composition.kafka_clients import DeliveryTracker
+from topology.composition.worx_config import WorxConfig
 
 pytestmark = pytest.mark.broker
 

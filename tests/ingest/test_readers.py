@@ -58,7 +58,7 @@ def test_csv_rows_become_objects_and_bad_rows_are_flagged(tmp_path):
 
 def test_csv_and_text_files_through_the_ingestor(tmp_path, kafka_conf, topics, drain_topic):
     from ingest.records import DeadLetter, Doc
-    from topology.publisher import publisher
+    from topology.runtimes.publisher import publisher
 
     csv_path = tmp_path / "t.tsv"
     csv_path.write_text("key\tcontent\tlabel\na\thello  there\tnews\nb\t\tnews\nc\tx\n")
@@ -84,7 +84,7 @@ def test_a_truncated_gzip_file_is_a_clear_error(tmp_path, kafka_conf, topics):
     import sys
 
     from ingest.files import IngestFileError
-    from topology.publisher import publisher
+    from topology.runtimes.publisher import publisher
 
     path = tmp_path / "cut.jsonl.gz"
     body = b"".join(b'{"text": "line %d"}\n' % i for i in range(20000))

@@ -20,9 +20,9 @@ from monitor.stage import MonitorStage
 from router.records import DomainRecord, DriftEvent, TrainJob
 from tests.monitor.smallrun import DENSE, SmallRun, corpus_docs, train_expert
 from tests.support.kafka import leave_mid_join, produce, read_values
-from topology.fetch import kafka_fetch
-from topology.runner import StageRunner
-from topology.topics import Topics
+from topology.composition.topics import Topics
+from topology.runtimes.range_reader import kafka_fetch
+from topology.runtimes.stage_runner import StageRunner
 from trainer.records import TrainStatus
 from worx.stage import Message
 

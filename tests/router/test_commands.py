@@ -16,8 +16,8 @@ from experts.records import ExpertRegistration
 from ingest.records import Doc
 from router.records import DomainRecord, RoutedDoc, TrainJob
 from tests.router.test_kafka_stages import ROOT, TopicReader, _produce
-from topology.config import WorxConfig
-from topology.faust_app import create_app
+from topology.composition.worx_config import WorxConfig
+from topology.faust.app import create_app
 from worx.scenario import Scenario
 
 pytestmark = pytest.mark.broker

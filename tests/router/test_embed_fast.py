@@ -20,7 +20,7 @@ from router.features import _WORD, normalise_text
 from router.idf import IdfTable
 from router.records import DomainRecord
 from router.route import RouteStage
-from topology.runner import apply_stage, apply_stage_batch
+from topology.runtimes.stage_runner import apply_stage, apply_stage_batch
 from worx.scenario import Scenario
 from worx.stage import Message
 

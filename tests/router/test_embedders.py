@@ -180,7 +180,7 @@ def test_router_embedder_setting_chooses_what_route_discover_and_gate_use(
     from router.discover import DiscoverStage
     from router.embed_trunk import TrunkEmbedder
     from router.route import RouteStage
-    from topology.config import ConfigError, load_config
+    from topology.composition.worx_config import ConfigError, load_config
 
     config = load_config(
         env={"WORX_ROUTER__EMBEDDER": "trunk", "WORX_ROUTER__EMBEDDER_TRUNK_DIR": str(trunk_dir)}

@@ -22,9 +22,9 @@ from router.records import DomainRecord, RoutedDoc, TrainJob
 from router.route import RouteStage
 from router.table import DomainTable
 from tests.router.helpers import Loop
-from topology.runner import StageRunner
-from topology.table_follower import TableFollower
-from topology.topics import Topics
+from topology.composition.topics import Topics
+from topology.runtimes.stage_runner import StageRunner
+from topology.runtimes.table_follower import TableFollower
 from worx.scenario import Scenario
 from worx.stage import Message
 

@@ -10,7 +10,7 @@ from ingest.records import Doc
 from router.config import RouterConfig
 from router.records import DomainRecord
 from router.route import RouteStage
-from topology.runner import apply_stage
+from topology.runtimes.stage_runner import apply_stage
 from worx.scenario import Scenario
 from worx.stage import Message
 

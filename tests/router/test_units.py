@@ -16,8 +16,8 @@ from router.jobs import is_heldout, make_train_job, offset_ranges
 from router.records import DomainRecord, RoutedDoc
 from router.route import RouteStage
 from router.table import DomainTable
-from topology.config import ConfigError, load_config
-from topology.runner import apply_stage
+from topology.composition.worx_config import ConfigError, load_config
+from topology.runtimes.stage_runner import apply_stage
 from worx.scenario import Scenario
 from worx.stage import Message
 

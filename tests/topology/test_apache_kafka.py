@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from topology.topics import Topics, ensure_topics
+from topology.composition.topics import Topics, ensure_topics
 
 pytestmark = pytest.mark.docker
 
@@ -95,9 +95,9 @@ def test_file_ingest_and_connector_on_apache_kafka(apache_kafka, tmp_path):
     from tests.ingest.ingest_testdata import MIXED_CONFIG, write_mixed_file
     from tests.support.kafka import drain
     from topology.commands.connect import build_connector
-    from topology.config import WorxConfig
-    from topology.kafka import make_producer
-    from topology.publisher import publisher
+    from topology.composition.kafka_clients import make_producer
+    from topology.composition.worx_config import WorxConfig
+    from topology.runtimes.publisher import publisher
 
     conf = {"bootstrap.servers": apache_kafka}
     topics = Topics("apache")

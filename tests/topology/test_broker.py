@@ -6,9 +6,9 @@ import textwrap
 
 from confluent_kafka.admin import AdminClient
 
-from topology.broker import EmbeddedBroker
-from topology.kafka import partition_count
-from topology.topics import TOPICS, Topics, ensure_topics
+from topology.composition.embedded_broker import EmbeddedBroker
+from topology.composition.kafka_clients import partition_count
+from topology.composition.topics import TOPICS, Topics, ensure_topics
 
 
 def test_embedded_broker_starts_answers_and_stops():
@@ -35,7 +35,7 @@ def test_broker_dies_with_its_parent(tmp_path):
     script = textwrap.dedent(
         """
         import sys, time
-        from topology.broker import EmbeddedBroker
+        from topology.composition.embedded_broker import EmbeddedBroker
         b = EmbeddedBroker().start()
         print(b.process.pid, flush=True)
         time.sleep(60)

@@ -10,7 +10,7 @@ import yaml
 
 from ingest.config import IngestConfig
 from topology.cli import build_parser
-from topology.config import load_config
+from topology.composition.worx_config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker" / "compose.yaml"

@@ -1,6 +1,6 @@
 import pytest
 
-from topology.config import ConfigError, load_config
+from topology.composition.worx_config import ConfigError, load_config
 
 
 def test_defaults_without_file(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from router.config import RouterConfig
 from router.discover import DiscoverStage
 from router.records import DomainRecord, RoutedDoc, TrainJob
 from tests.router.test_kafka_stages import TopicReader, _produce
-from topology.discover_runner import DiscoverRunner
+from topology.runtimes.discover_runner import DiscoverRunner
 
 pytestmark = pytest.mark.broker
 

@@ -13,10 +13,10 @@ import pytest
 
 from ingest.records import DeadLetter, Doc
 from tests.support.kafka import publish_many, read_values
-from topology.config import WorxConfig
-from topology.faust_agents import AgentNotConfigured, available
-from topology.faust_app import create_app
-from topology.topics import ensure_topics
+from topology.composition.topics import ensure_topics
+from topology.composition.worx_config import WorxConfig
+from topology.faust.agents import AgentNotConfigured, available
+from topology.faust.app import create_app
 
 
 def _stream_env(broker, topics, source: str, tmp_path) -> dict:

@@ -46,10 +46,10 @@ def test_a_stage_that_imports_a_runtime_breaks_the_contract(tmp_path):
     (tmp_path / "trainer" / "bad_shortcut.py").write_text(
         '"""A deliberate break: a stage reaching into the runtime."""\n\n'
         "from confluent_kafka import Consumer  # noqa: F401\n"
-        "from topology.kafka import make_consumer  # noqa: F401\n"
+        "from topology.composition.kafka_clients import make_consumer  # noqa: F401\n"
     )
     result = _lint(tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "2 broken" in result.stdout
-    assert "trainer.bad_shortcut -> topology.kafka" in result.stdout
+    assert "trainer.bad_shortcut -> topology.composition.kafka_clients" in result.stdout
     assert "trainer.bad_shortcut -> confluent_kafka" in result.stdout

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from router.records import DomainRecord, DriftEvent, TrainJob
-from topology.live_view import LiveView, WindowRate
-from topology.watch import LoopState
+from topology.loop.live_view import LiveView, WindowRate
+from topology.loop.watcher import LoopState
 from trainer.records import TrainStatus
 
 REASON = (

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from topology import paths
-from topology.config import load_config
+from topology.composition import paths
+from topology.composition.worx_config import load_config
 
 
 def _config(tmp_path: Path, body: str):
@@ -40,7 +40,7 @@ def test_trainer_writes_where_serve_and_monitor_read_with_only_experts_store_dir
     """Regression: `worx trainer` ignored experts.store_dir (serve and monitor honour it),
     so with only that setting the trainer wrote experts where nobody looked."""
     from experts.trunk import build_tiny_trunk
-    from topology.assemble import build_monitor, server_from_config, trainer_from_config
+    from topology.composition.assemble import build_monitor, server_from_config, trainer_from_config
 
     trunk = build_tiny_trunk(tmp_path / "trunk", family="gpt2", layers=1, width=16)
     shared = tmp_path / "shared-store"

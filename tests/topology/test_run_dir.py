@@ -11,7 +11,7 @@ import pytest
 from router.records import DomainRecord
 from router.table_file import SavedTable, load_table
 from topology.cli import main
-from topology.run_dir import open_run, write_run_file
+from topology.composition.run_dir import open_run, write_run_file
 
 
 @pytest.fixture(autouse=True)

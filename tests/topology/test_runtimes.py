@@ -6,10 +6,10 @@ import pytest
 from confluent_kafka import KafkaException
 
 from router.records import DomainRecord
-from topology.kafka import make_producer
-from topology.publisher import Publisher
-from topology.table_follower import TableFollower
-from topology.topics import Topics
+from topology.composition.kafka_clients import make_producer
+from topology.composition.topics import Topics
+from topology.runtimes.publisher import Publisher
+from topology.runtimes.table_follower import TableFollower
 
 NOWHERE = {"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 1000}
 

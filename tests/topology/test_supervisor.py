@@ -1,7 +1,7 @@
 import sys
 
 from tests.support.processes import gone as _gone
-from topology.supervisor import ChildSpec, Supervisor
+from topology.loop.supervisor import ChildSpec, Supervisor
 
 
 def test_crashed_child_is_restarted_alone_and_all_stop(tmp_path):

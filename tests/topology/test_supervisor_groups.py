@@ -6,7 +6,7 @@ import sys
 import time
 
 from tests.support.processes import gone as _gone
-from topology.supervisor import ChildSpec, Supervisor
+from topology.loop.supervisor import ChildSpec, Supervisor
 
 # The stage: starts a grandchild in its process group, then on SIGTERM notes it and exits
 # without stopping the grandchild (as a client whose JVM does not follow it at once).

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.kafka import produce_docs
 from tests.trainer.conftest import make_job
-from topology.fetch import fetch_job_docs
+from topology.runtimes.range_reader import fetch_job_docs
 from trainer.fetch import JobDataError
 
 

@@ -31,8 +31,8 @@ from tests.experts.conftest import randomize
 from tests.support.kafka import drain, produce_docs, read_records
 from tests.support.s3 import S3Server
 from tests.trainer.conftest import corpus_texts, make_job
-from topology.topics import Topics, ensure_topics
-from topology.train_worker import TrainWorker
+from topology.composition.topics import Topics, ensure_topics
+from topology.runtimes.train_worker import TrainWorker
 from trainer.config import TrainerConfig
 from trainer.records import TrainStatus
 from trainer.worker import expert_id_for

@@ -21,9 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from topology.broker import EmbeddedBroker
-    from topology.config import load_config
-    from topology.topics import ensure_topics
+    from topology.composition.embedded_broker import EmbeddedBroker
+    from topology.composition.topics import ensure_topics
+    from topology.composition.worx_config import load_config
 
     config = load_config(args.config)
     stop = threading.Event()

@@ -1,6 +1,6 @@
 """`worx connect`: the Kafka-to-Kafka connector, company topic(s) -> normalised Docs on worx.docs.
 
-Runs the ingest stage on the plain confluent-kafka runtime (:class:`topology.runner.
+Runs the ingest stage on the plain confluent-kafka runtime (:class:`topology.runtimes.stage_runner.
 StageRunner`): it reached the throughput target where the Faust runtime did not (see
 docs/ingest.md and bench/ingest.py). Offsets on the source are committed only after the
 batch's Docs and dead letters are flushed to the destination: at least once.
@@ -15,7 +15,7 @@ from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from topology.cli_common import add_mapping_arguments
+    from topology.commands._shared import add_mapping_arguments
 
     parser = subparsers.add_parser(
         "connect",
@@ -61,9 +61,9 @@ def build_connector(
 ) -> Any:
     """A StageRunner that moves ``section.source_topics`` into ``<prefix>.docs``."""
     from ingest.stage import NormaliseStage
-    from topology.kafka import client_conf
-    from topology.runner import StageRunner
-    from topology.topics import Topics
+    from topology.composition.kafka_clients import client_conf
+    from topology.composition.topics import Topics
+    from topology.runtimes.stage_runner import StageRunner
 
     if not section.source_topics:
         raise ValueError("no source topics: pass --topics or set ingest.source_topics")
@@ -154,9 +154,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    from topology.cli_common import destination, ingest_config, stop_on_sigterm
-    from topology.config import ConfigError, load_config
-    from topology.kafka import require_reachable
+    from topology.commands._shared import destination, ingest_config, stop_on_sigterm
+    from topology.composition.kafka_clients import require_reachable
+    from topology.composition.worx_config import ConfigError, load_config
 
     console = Console(stderr=True)
     config = load_config(args.config)

@@ -1,4 +1,4 @@
-"""`worx demo`: the whole loop, as a new user first sees it (logic in topology/demo.py)."""
+"""`worx demo`: the whole loop, as a new user first sees it (logic in topology/loop/demo_run.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ QUICK = {"new_domains": ("legal", "scripture"), "per_domain": 300, "mixture_docs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from topology.cli_common import add_runtime_argument
+    from topology.commands._shared import add_runtime_argument
 
     parser = subparsers.add_parser(
         "demo",
@@ -73,11 +73,12 @@ def run(args: argparse.Namespace) -> int:
 
     from experts.default_trunk import default_trunk_dir
     from experts.trunk import check_trunk_dir
-    from topology import keep_serving, paths
-    from topology.cli_common import stop_on_sigterm
-    from topology.config import load_config
-    from topology.demo import DemoPlan, run_demo
-    from topology.loop import StageFailed
+    from topology.commands._shared import stop_on_sigterm
+    from topology.composition import paths
+    from topology.composition.worx_config import load_config
+    from topology.loop import keep_serving
+    from topology.loop.demo_run import DemoPlan, run_demo
+    from topology.loop.orchestrate import StageFailed
     from worx.errors import UserError
 
     config = load_config(args.config)
@@ -152,7 +153,7 @@ def _finish(args: argparse.Namespace, console, report: dict, kept: list) -> int:
     import json
     import shlex
 
-    from topology import keep_serving
+    from topology.loop import keep_serving
 
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(report, indent=2, sort_keys=True))

@@ -1,6 +1,6 @@
 """`worx discover`: the discover stage (one instance), with crash-safe snapshots.
 
-The runtime is :class:`topology.discover_runner.DiscoverRunner` (snapshot plus outbox:
+The runtime is :class:`topology.runtimes.discover_runner.DiscoverRunner` (snapshot plus outbox:
 state, offsets and outputs are saved before any output leaves; see its module).
 """
 
@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from topology.cli_common import add_kafka_arguments
+    from topology.commands._shared import add_kafka_arguments
 
     parser = subparsers.add_parser(
         "discover",
@@ -38,12 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from router.discover import DiscoverStage
-    from topology.cli_common import servers_of, stop_on_sigterm
-    from topology.config import load_config
-    from topology.discover_runner import DiscoverRunner
-    from topology.kafka import client_conf
-    from topology.paths import discover_snapshot
-    from topology.topics import Topics, ensure_configured_topics
+    from topology.commands._shared import servers_of, stop_on_sigterm
+    from topology.composition.kafka_clients import client_conf
+    from topology.composition.paths import discover_snapshot
+    from topology.composition.topics import Topics, ensure_configured_topics
+    from topology.composition.worx_config import load_config
+    from topology.runtimes.discover_runner import DiscoverRunner
 
     config = load_config(args.config)
     conf = client_conf(config.kafka, servers_of(config, args))

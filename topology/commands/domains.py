@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "arrives for --wait seconds (the embedded broker cannot report end offsets "
         "reliably).",
     )
-    from topology.domain_source import add_arguments
+    from topology.commands._domain_source import add_arguments
 
     add_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object per domain")
@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from router.naming import display_name
-    from topology.config import load_config
-    from topology.domain_source import domain_table
+    from topology.commands._domain_source import domain_table
+    from topology.composition.worx_config import load_config
 
     config = load_config(args.config)
     table, source = domain_table(args, config)

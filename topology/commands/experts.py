@@ -50,9 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _store(args: argparse.Namespace, fingerprint: str | None = None, quarantine: bool = False):
     """The store the arguments name; it must exist (a listing creates nothing)."""
-    from topology.config import load_config
-    from topology.expert_store import open_configured_store
-    from topology.paths import STORE_HINT, existing_dir, store_dir
+    from topology.composition.expert_store import open_configured_store
+    from topology.composition.paths import STORE_HINT, existing_dir, store_dir
+    from topology.composition.worx_config import load_config
 
     config = load_config(args.config)
     if not config.experts.store_url:

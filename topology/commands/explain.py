@@ -1,5 +1,5 @@
 """`worx explain`: which domain and experts a text gets, and why (logic in
-topology/explain_cli.py and experts/serving.py)."""
+topology/commands/_explain_text.py and experts/serving.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from topology import explain_cli
+    from topology.commands import _explain_text
 
     parser = subparsers.add_parser(
         "explain",
@@ -22,11 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--run DIR (no broker); else the live table of --bootstrap-servers, or --domains FILE.",
     )
     parser.add_argument("text", metavar="TEXT|-|FILE", help="the text, - for stdin, or a file")
-    explain_cli.add_arguments(parser)
+    _explain_text.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from topology import explain_cli
+    from topology.commands import _explain_text
 
-    return explain_cli.run(args, args.text)
+    return _explain_text.run(args, args.text)

@@ -1,5 +1,5 @@
 """`worx flink run` / `worx flink submit`: route and discover as one PyFlink job
-(:mod:`topology.flink_job`), on a local mini-cluster or an existing Flink cluster."""
+(:mod:`topology.flink.job`), on a local mini-cluster or an existing Flink cluster."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Build the job here and submit it to the Flink cluster at --jobmanager; "
         "the TaskManagers run the stages with --python, which must have trainingworx "
         "installed (docker/ builds such an image). Returns once submitted; prints the job "
-        "id. The cluster's own `flink run -py topology/flink_job.py` works too "
+        "id. The cluster's own `flink run -py topology/flink/job.py` works too "
         "(docs/deployment.md).",
     )
     _job_arguments(submit)
@@ -81,7 +81,7 @@ def _job_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _options(args: argparse.Namespace, config, servers: str):
     from topology.flink.checkpoints import as_uri, latest_checkpoint
-    from topology.flink_job import FlinkJobOptions
+    from topology.flink.job import FlinkJobOptions
 
     if (
         args.parallelism < 1
@@ -128,14 +128,14 @@ def _contain_temp_files(data_dir: str) -> None:
 
 
 def run_local(args: argparse.Namespace) -> int:
-    from topology.cli_common import destination
-    from topology.config import load_config
+    from topology.commands._shared import destination
+    from topology.composition.worx_config import load_config
     from topology.flink import require_pyflink
 
     require_pyflink()
     config = load_config(args.config)
     _contain_temp_files(config.data_dir)
-    from topology.flink_job import start
+    from topology.flink.job import start
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -165,17 +165,17 @@ def run_local(args: argparse.Namespace) -> int:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from topology.config import load_config
+    from topology.composition.worx_config import load_config
     from topology.flink import require_pyflink
 
     require_pyflink()
     config = load_config(args.config)
     _contain_temp_files(config.data_dir)
-    from topology.flink_job import start
+    from topology.flink.job import start
 
     servers = args.bootstrap_servers or config.kafka.bootstrap_servers
     if not servers:
-        from topology.config import ConfigError
+        from topology.composition.worx_config import ConfigError
 
         raise ConfigError(
             "a Flink cluster needs a Kafka cluster it can reach",

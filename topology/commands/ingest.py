@@ -9,7 +9,7 @@ from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from topology.cli_common import add_mapping_arguments
+    from topology.commands._shared import add_mapping_arguments
 
     parser = subparsers.add_parser(
         "ingest",
@@ -51,11 +51,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ingest.files import FileIngestor, IngestFileError, check_files
-    from topology.cli_common import destination, ingest_config, stop_on_sigterm
-    from topology.config import load_config
-    from topology.kafka import client_conf, make_producer
-    from topology.publisher import Publisher
-    from topology.topics import Topics
+    from topology.commands._shared import destination, ingest_config, stop_on_sigterm
+    from topology.composition.kafka_clients import client_conf, make_producer
+    from topology.composition.topics import Topics
+    from topology.composition.worx_config import load_config
+    from topology.runtimes.publisher import Publisher
     from worx.errors import UserError
 
     console = Console(stderr=True)

@@ -73,9 +73,9 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from monitor.table import render
-    from topology.assemble import build_monitor
-    from topology.config import load_config
-    from topology.paths import STATE_HINT, existing_dir, monitor_state_dir
+    from topology.composition.assemble import build_monitor
+    from topology.composition.paths import STATE_HINT, existing_dir, monitor_state_dir
+    from topology.composition.worx_config import load_config
 
     log = logging.getLogger("worx.monitor")
     config = load_config(args.config)
@@ -96,11 +96,11 @@ def _run(args: argparse.Namespace) -> int:
         return 0
 
     from monitor.server import DashboardServer
-    from topology.broker import bootstrap
-    from topology.kafka import client_conf
-    from topology.runner import StageRunner
-    from topology.table_follower import TableFollower
-    from topology.topics import Topics, ensure_configured_topics
+    from topology.composition.embedded_broker import bootstrap
+    from topology.composition.kafka_clients import client_conf
+    from topology.composition.topics import Topics, ensure_configured_topics
+    from topology.runtimes.stage_runner import StageRunner
+    from topology.runtimes.table_follower import TableFollower
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from monitor.labels import load_labels
     from monitor.live import LiveState
     from monitor.report import write_report
-    from topology.config import load_config
-    from topology.paths import STATE_HINT, existing_dir, monitor_state_dir
+    from topology.composition.paths import STATE_HINT, existing_dir, monitor_state_dir
+    from topology.composition.worx_config import load_config
     from worx.errors import UserError
 
     config = load_config(args.config)

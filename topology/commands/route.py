@@ -9,7 +9,7 @@ log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from topology.cli_common import add_kafka_arguments
+    from topology.commands._shared import add_kafka_arguments
 
     parser = subparsers.add_parser(
         "route",
@@ -28,17 +28,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run no worker: say which domain and experts this text gets and why (as `worx "
         "explain`), e.g. on a finished run with --run DIR",
     )
-    from topology import explain_cli
+    from topology.commands import _explain_text
 
-    explain_cli.add_arguments(parser, servers=False)  # --bootstrap-servers is the worker's
+    _explain_text.add_arguments(parser, servers=False)  # --bootstrap-servers is the worker's
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.explain is not None:
-        from topology import explain_cli
+        from topology.commands import _explain_text
 
-        return explain_cli.run(args, args.explain)
+        return _explain_text.run(args, args.explain)
     return run_worker(args)
 
 
@@ -46,12 +46,12 @@ def run_worker(args: argparse.Namespace) -> int:
     import threading
 
     from router.route import RouteStage
-    from topology.cli_common import servers_of, stop_on_sigterm
-    from topology.config import load_config
-    from topology.kafka import client_conf
-    from topology.runner import StageRunner
-    from topology.table_follower import TableFollower
-    from topology.topics import Topics, ensure_configured_topics
+    from topology.commands._shared import servers_of, stop_on_sigterm
+    from topology.composition.kafka_clients import client_conf
+    from topology.composition.topics import Topics, ensure_configured_topics
+    from topology.composition.worx_config import load_config
+    from topology.runtimes.stage_runner import StageRunner
+    from topology.runtimes.table_follower import TableFollower
 
     config = load_config(args.config)
     conf = client_conf(config.kafka, servers_of(config, args))

@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.run:  # before the imports below: a mistyped run fails at once
-        from topology.config import load_config
+        from topology.composition.worx_config import load_config
 
         config = load_config(args.config)
         host = args.host or config.experts.serve_host
@@ -56,14 +56,14 @@ def run(args: argparse.Namespace) -> int:
         return serve_run(args, config, host, port)
     import logging
 
-    from topology.assemble import server_from_config
-    from topology.broker import bootstrap
-    from topology.config import load_config
-    from topology.hot import RegistrationFollower
-    from topology.http_api import make_http_server, options_from_config
-    from topology.kafka import client_conf
-    from topology.table_follower import TableFollower
-    from topology.topics import Topics, ensure_configured_topics
+    from topology.composition.assemble import server_from_config
+    from topology.composition.embedded_broker import bootstrap
+    from topology.composition.kafka_clients import client_conf
+    from topology.composition.topics import Topics, ensure_configured_topics
+    from topology.composition.worx_config import load_config
+    from topology.runtimes.table_follower import TableFollower
+    from topology.serve.http_api import make_http_server, options_from_config
+    from topology.serve.registration_follower import RegistrationFollower
 
     log = logging.getLogger("worx.serve")
     config = load_config(args.config)
@@ -113,7 +113,7 @@ def serve_run(args: argparse.Namespace, config, host: str, port: int) -> int:
     """``worx serve --run DIR``: the finished run's experts and domain table, no broker."""
     import logging
 
-    from topology.run_dir import RunError, open_run, run_server
+    from topology.composition.run_dir import RunError, open_run, run_server
 
     if args.bootstrap_servers:
         raise RunError(
@@ -121,7 +121,7 @@ def serve_run(args: argparse.Namespace, config, host: str, port: int) -> int:
             "drop --bootstrap-servers, or drop --run to serve the live topics",
         )
     run = open_run(args.run)
-    from topology.http_api import make_http_server, options_from_config
+    from topology.serve.http_api import make_http_server, options_from_config
 
     server = run_server(config, run, args.trunk, args.store)
     stop = threading.Event()

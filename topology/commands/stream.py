@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def default_agents(config) -> list[str]:
-    from topology.faust_agents import available
+    from topology.faust.agents import available
 
     names = available()
     if not config.ingest.source_topics and "normalise" in names:
@@ -43,10 +43,10 @@ def default_agents(config) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import faust
 
-    from topology.cli_common import destination
-    from topology.config import ConfigError, load_config
-    from topology.faust_agents import AgentNotConfigured
-    from topology.faust_app import create_app
+    from topology.commands._shared import destination
+    from topology.composition.worx_config import ConfigError, load_config
+    from topology.faust.agents import AgentNotConfigured
+    from topology.faust.app import create_app
 
     config = load_config(args.config)
     if args.agents:

@@ -47,12 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from topology.assemble import trainer_from_config
-    from topology.broker import bootstrap
-    from topology.config import load_config
-    from topology.kafka import client_conf
-    from topology.topics import Topics, ensure_configured_topics
-    from topology.train_worker import TrainWorker
+    from topology.composition.assemble import trainer_from_config
+    from topology.composition.embedded_broker import bootstrap
+    from topology.composition.kafka_clients import client_conf
+    from topology.composition.topics import Topics, ensure_configured_topics
+    from topology.composition.worx_config import load_config
+    from topology.runtimes.train_worker import TrainWorker
 
     config = load_config(args.config)
     parts = trainer_from_config(

@@ -212,7 +212,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 def _configured_trunk(config_path: str | None) -> Path:
     from experts.default_trunk import default_trunk_dir
-    from topology.config import load_config
+    from topology.composition.worx_config import load_config
 
     trunk_dir = getattr(load_config(config_path).experts, "trunk_dir", "")
     return Path(trunk_dir) if trunk_dir else default_trunk_dir()

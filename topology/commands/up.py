@@ -8,7 +8,7 @@ import threading
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from topology.cli_common import add_runtime_argument
+    from topology.commands._shared import add_runtime_argument
 
     parser = subparsers.add_parser(
         "up",
@@ -35,12 +35,12 @@ def run(args: argparse.Namespace) -> int:
 
     from experts.default_trunk import default_trunk_dir
     from experts.trunk import check_trunk_dir
-    from topology import paths
-    from topology.config import ConfigError, load_config
-    from topology.kafka import client_conf
-    from topology.loop import LoopOptions, StageFailed, start_loop, watch_live
-    from topology.supervisor import ChildSpec, worx_argv
-    from topology.topics import ensure_configured_topics
+    from topology.composition import paths
+    from topology.composition.kafka_clients import client_conf
+    from topology.composition.topics import ensure_configured_topics
+    from topology.composition.worx_config import ConfigError, load_config
+    from topology.loop.orchestrate import LoopOptions, StageFailed, start_loop, watch_live
+    from topology.loop.supervisor import ChildSpec, worx_argv
 
     config = load_config(args.config)
     if args.runtime == "flink":

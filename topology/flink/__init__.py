@@ -1,7 +1,13 @@
-"""Parts of the PyFlink runtime (:mod:`topology.flink_job`): the discover journal, the Kafka
-tables, the Flink functions around the stage objects, checkpoint lookup.
+"""The PyFlink runtime: route and discover as one Flink job (in the Flink venv).
 
-Only :mod:`topology.flink.functions`, :mod:`topology.flink.tables` and the job import
+- ``job``: the job itself (`worx flink run`, `flink run -py topology/flink/job.py`);
+- ``functions``: the Flink functions around the route and discover stage objects;
+- ``kafka_tables``: the Kafka topics as Flink SQL tables (the connector's table form);
+- ``journal``: discover's state as Flink managed state: its snapshot plus a journal;
+- ``ordering``: discover's input in one order whatever the parallelism (a lane merge);
+- ``checkpoints``: where the job keeps its checkpoints and which one a restart restores.
+
+Only :mod:`topology.flink.functions`, :mod:`topology.flink.kafka_tables` and the job import
 pyflink; the rest runs in the core venv too.
 """
 

@@ -2,13 +2,14 @@
 state) and discover (one logical instance, its state in keyed state).
 
 The stage objects are the ones every runtime uses (:class:`router.route.RouteStage`,
-:class:`router.discover.DiscoverStage`), fed through :func:`topology.runner.apply_stage`,
-so a record a stage cannot decode or fails on becomes a dead letter with the reason, as in
-the plain runner and Faust. They know nothing of Flink.
+:class:`router.discover.DiscoverStage`), fed through
+:func:`topology.runtimes.stage_runner.apply_stage`, so a record a stage cannot decode or
+fails on becomes a dead letter with the reason, as in the plain runner and Faust. They
+know nothing of Flink.
 
 Rows between operators:
 
-- from a source table: ``(k, v, partition, offset, ts)`` (see :mod:`topology.flink.tables`);
+- from a source table: ``(k, v, partition, offset, ts)`` (see :mod:`topology.flink.kafka_tables`);
   the documents' rows get a sixth column, ``vec``: the text's embedding as float32 bytes,
   made in batches by :class:`EmbedDocs` (a vectorised function: Flink hands it Arrow
   batches and flushes them at every checkpoint), None for a value that is not a document;
@@ -139,7 +140,7 @@ class RouteFunction(BroadcastProcessFunction):
         self.loaded = True
 
     def process_element(self, value: Row, ctx: BroadcastProcessFunction.ReadOnlyContext):
-        from topology.runner import apply_stage
+        from topology.runtimes.stage_runner import apply_stage
 
         if not self.loaded:
             self._load(ctx.get_broadcast_state(DOMAINS))

@@ -35,8 +35,8 @@ from typing import Any
 from experts.records import ExpertRegistration
 from router.discover import DiscoverStage
 from router.records import DomainRecord
-from topology.discover_runner import apply_domain_row
-from topology.runner import apply_stage, reject
+from topology.runtimes.discover_runner import apply_domain_row
+from topology.runtimes.stage_runner import apply_stage, reject
 from worx.records import RecordError
 from worx.stage import Emit, Message
 
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1
 MAX_WAITING = (
-    10_000  # registrations waiting for their domain row (as topology.expert_registrations)
+    10_000  # registrations waiting for their domain row (as topology.runtimes.expert_registrations)
 )
 
 

@@ -1,1 +1,0 @@
-"""One module per `worx` subcommand; each defines ``register(subparsers)``."""

@@ -1,0 +1,222 @@
+"""`worx demo`: the whole loop on the embedded broker with the bundled corpus.
+
+The stream plays as a company's would: the trunk's own domains first, then new domains one
+after another, then a mixture of everything. Every stage runs as its own supervised
+process; the terminal shows the loop live; at the end a summary is printed and the report
+(HTML, PNGs, JSON) is written to the run directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from ingest.scenario import Scenario
+from monitor import run_summary
+from monitor.history import MatrixHistory
+from monitor.summary_table import print_summary
+from router.naming import display_name
+from topology.composition.embedded_broker import EmbeddedBroker
+from topology.composition.topics import ensure_topics
+from topology.loop.orchestrate import LoopOptions, RunningLoop, start_loop, watch_live
+from topology.loop.supervisor import ChildSpec, worx_argv
+from topology.loop.watcher import LoopState
+from worx.atomic import atomic_write_json
+
+log = logging.getLogger(__name__)
+
+TRUNK_DOMAINS = ("fiction_austen", "news")  # what the bundled trunk was pretrained on
+NEW_DOMAINS = ("python_code", "legal", "biomedical", "scripture", "tech_docs")
+
+
+@dataclass
+class DemoPlan:
+    run_dir: Path
+    trunk_dir: Path
+    corpus_dir: Path | None = None  # None: the bundled corpus
+    old_domains: tuple[str, ...] = TRUNK_DOMAINS
+    new_domains: tuple[str, ...] = NEW_DOMAINS
+    per_domain: int = 320
+    mixture_docs: int = 300
+    seed: int = 0
+    baseline: bool = False
+    timeout_s: float = 900.0
+    quiet_s: float = 12.0  # the loop is done when nothing moved for this long at the end
+    stage_env: dict[str, str] = field(default_factory=dict)
+    serve: bool = True
+    store_dir: Path | None = None  # where the stages keep experts (None: <run_dir>/experts)
+    keep_serving: bool = False  # serve the finished run until Ctrl-C (loop/keep_serving.py)
+    runtime: str = "plain"  # route + discover: "plain" or "flink" (topology/loop/orchestrate.py)
+
+
+# Malformed lines mixed into the stream, as a real one would have: each must come out on
+# the dead-letter topic with its reason, and nothing valid may be lost because of them.
+BAD_LINES = (
+    '{"id": "bad-1", "text": ',
+    '["an", "array"]',
+    '{"id": "bad-3", "domain": "news"}',
+    '{"id": "bad-4", "text": 42}',
+    '{"id": "bad-5", "text": "   "}',
+)
+
+
+def write_stream(plan: DemoPlan) -> tuple[Path, int]:
+    """The scenario as a JSON-lines file for `worx ingest`, with a few malformed lines spread
+    through it; returns its path and the number of lines."""
+    scenario = Scenario.from_directory(plan.corpus_dir)
+    order = [*plan.old_domains, *plan.new_domains]
+    # the whole stream first: an unknown domain is refused before the run directory exists
+    docs = list(scenario.phases_then_mixture(order, plan.per_domain, plan.mixture_docs, plan.seed))
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    path = plan.run_dir / "stream.jsonl"
+    count = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for index, doc in enumerate(docs):
+            if index % 400 == 199 and index // 400 < len(BAD_LINES):
+                out.write(BAD_LINES[index // 400] + "\n")
+                count += 1
+            out.write(doc.to_json_line() + "\n")
+            count += 1
+    return path, count
+
+
+def loop_is_done(state: LoopState, fed: int, quiet_s: float, feed_done: bool) -> bool:
+    """Everything fed was ingested and routed, every job ended, the monitor evaluated the last
+    registration, and nothing moved for ``quiet_s``."""
+    if not feed_done or state.docs + state.dead_letters < fed:
+        return False
+    if len(state.routed_ids) < len(state.doc_ids) or state.pending_jobs():
+        return False
+    latest = state.latest_eval()
+    if latest is None or latest.step < len(state.experts):
+        return False
+    return time.monotonic() - state.last_change_at >= quiet_s
+
+
+def run_demo(
+    plan: DemoPlan,
+    console: Console | None = None,
+    on_stopped: Callable[[RunningLoop, bool], dict] | None = None,
+) -> dict:
+    """Run the demo; returns the summary (also in ``<run_dir>/demo.json``).
+
+    ``on_stopped(loop, interrupted)`` is called once every stage has stopped, before the
+    summary is written (``--keep-serving`` starts the finished run's servers there, so
+    they load while the report is drawn); what it returns updates the summary.
+    """
+    console = console or Console()
+    started = time.monotonic()
+    stream_path, fed = write_stream(plan)
+    console.print(f"[bold]worx demo[/]: {fed} documents, run directory {plan.run_dir}")
+    with EmbeddedBroker() as broker:
+        conf = {"bootstrap.servers": broker.bootstrap_servers}
+        ensure_topics(conf, prefix="worx", partitions=2)
+        options = LoopOptions(
+            bootstrap_servers=broker.bootstrap_servers,
+            run_dir=plan.run_dir,
+            trunk_dir=plan.trunk_dir,
+            baseline=plan.baseline,
+            serve=plan.serve,
+            stage_env=plan.stage_env,
+            store_dir=plan.store_dir,
+            runtime=plan.runtime,
+        )
+        loop = start_loop(options, conf)
+        try:
+            if loop.dashboard_url:
+                console.print(f"dashboard: {loop.dashboard_url}")
+            feed = ChildSpec(
+                "ingest",
+                worx_argv("ingest", str(stream_path), "--domain-field", "domain", "--no-progress"),
+                restart=True,
+                oneshot=True,
+            )
+            loop.supervisor.start(feed)
+
+            def done(state: LoopState) -> bool:
+                feed_done = loop.supervisor.exit_code("ingest") == 0
+                return loop_is_done(state, fed, plan.quiet_s, feed_done)
+
+            interrupted = False
+            try:
+                finished = watch_live(loop, done, plan.timeout_s, console)
+            except KeyboardInterrupt:  # stop everything, then report what happened so far
+                console.print("[yellow]interrupted: stopping every stage[/]")
+                finished, interrupted = False, True
+            with loop.watcher.lock:
+                labels = {d: r.label_hint or "?" for d, r in loop.watcher.state.domains.items()}
+                names = {d: display_name(r) for d, r in loop.watcher.state.domains.items()}
+                drift = (
+                    list(loop.watcher.state.drift_events),
+                    list(loop.watcher.state.jobs.values()),
+                    dict(loop.watcher.state.job_status),
+                )
+                expert_domains = {e: r.domain_id for e, r in loop.watcher.state.experts.items()}
+                docs = loop.watcher.state.docs
+                dead = loop.watcher.state.dead_letters
+                routed = len(loop.watcher.state.routed_ids)
+        finally:
+            loop.stop()
+    # where the run was served and its dashboard: live again after the run with
+    # --keep-serving (the same ports when free), else `explore_command` serves it
+    addresses = {"serve_url": loop.serve_url, "dashboard_url": loop.dashboard_url}
+    if on_stopped is not None:
+        addresses.update(on_stopped(loop, interrupted) or {})
+    report = summarise(plan, labels, expert_domains)
+    report.update(
+        wall_s=round(time.monotonic() - started, 1),
+        finished=finished,
+        documents_fed=fed,
+        documents=docs,
+        all_accounted_for=docs + dead >= fed,
+        dead_letters=dead,
+        routed=routed,
+        run_dir=str(plan.run_dir),
+        keep_serving=plan.keep_serving and not interrupted,
+        interrupted=interrupted,
+        explore_command=explore_command(plan.run_dir),
+    )
+    report.update(addresses)
+    atomic_write_json(plan.run_dir / "demo.json", report)
+    print_summary(report, console, drift=drift, names=names)
+    return report
+
+
+def explore_command(run_dir: Path) -> str:
+    """The one line that serves a finished run from its files (no broker)."""
+    return f"worx serve --run {shlex.quote(str(run_dir))}"
+
+
+def summarise(plan: DemoPlan, labels: dict[str, str], expert_domains: dict[str, str]) -> dict:
+    history = MatrixHistory(plan.run_dir / "monitor")
+    ours = history.rows("ours")
+    dense = history.rows("dense_baseline")
+    new = list(plan.new_domains)
+    report: dict = {
+        **run_summary.expert_counts(expert_domains, labels, new),
+        "weight_forgetting": run_summary.weight_forgetting(ours),
+        "max_old_domain_loss_rise": run_summary.max_old_domain_loss_rise(ours),
+        "baseline_max_old_domain_loss_rise": (
+            run_summary.max_old_domain_loss_rise(dense) if dense else None
+        ),
+        "new_domains": run_summary.new_domain_perplexities(ours, labels, new),
+        **run_summary.final_against_baseline(ours, dense, labels),
+        "domains_discovered": len(labels),
+        "domain_labels": labels,
+    }
+    try:
+        from monitor.figures import build_state
+        from monitor.report import write_report
+
+        paths = write_report(build_state(history, labels=labels), plan.run_dir / "report")
+        report["report"] = {name: str(path) for name, path in paths.items()}
+    except Exception as exc:  # the figures above are the result; the plots are a view of them
+        log.exception("writing the report failed")
+        report["report_error"] = f"{type(exc).__name__}: {exc}"
+    return report

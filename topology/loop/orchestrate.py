@@ -1,0 +1,183 @@
+"""Run the whole loop as supervised processes: the orchestration behind `worx demo` and
+`worx up`. Wiring only; every algorithm runs inside the stage processes it starts.
+
+Stages, each its own process (so each can fail and restart alone):
+route, discover, trainer, serve, monitor, plus a feed (a file replay for the demo,
+`worx connect` on the company's topics for `worx up`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from router.table_file import FILE as DOMAINS_FILE
+from router.table_file import SavedTable, write_table
+from topology.composition.embedded_broker import free_port
+from topology.composition.run_dir import write_run_file
+from topology.composition.topics import Topics
+from topology.loop.live_view import LiveView
+from topology.loop.supervisor import ChildSpec, Supervisor, worx_argv
+from topology.loop.watcher import LoopState, LoopWatcher
+from topology.runtimes.table_follower import TableFollower
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopOptions:
+    bootstrap_servers: str
+    run_dir: Path  # data_dir of this run: expert store, snapshots, monitor state, logs
+    trunk_dir: Path
+    topic_prefix: str = "worx"
+    config_path: str | None = None
+    serve: bool = True
+    monitor: bool = True
+    baseline: bool = False  # the monitor also runs the dense sequential fine-tune baseline
+    trainer_env: dict[str, str] = field(default_factory=dict)  # e.g. shorter training
+    stage_env: dict[str, str] = field(default_factory=dict)  # WORX_* overrides for every stage
+    host: str = "127.0.0.1"
+    store_dir: Path | None = None  # where the stages' store is (None: <run_dir>/experts)
+    monitor_dir: Path | None = None  # the monitor's state (None: <run_dir>/monitor)
+    runtime: str = "plain"  # route + discover: "plain" (two processes) or "flink" (one job)
+
+
+@dataclass
+class RunningLoop:
+    supervisor: Supervisor
+    watcher: LoopWatcher
+    dashboard_url: str | None
+    serve_url: str | None
+    started: float
+    # keeps <run_dir>/domains.json (topology/composition/run_dir.py)
+    domains: TableFollower | None = None
+
+    def stop(self) -> None:
+        """Stop every stage, the watcher and the table file's follower."""
+        self.supervisor.stop_all()
+        self.watcher.stop()
+        if self.domains is not None:
+            self.domains.stop()
+
+
+def stage_env(options: LoopOptions) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "WORX_KAFKA__BOOTSTRAP_SERVERS": options.bootstrap_servers,
+        "WORX_KAFKA__TOPIC_PREFIX": options.topic_prefix,
+        "WORX_DATA_DIR": str(options.run_dir),
+        "WORX_EXPERTS__TRUNK_DIR": str(options.trunk_dir),
+        **options.stage_env,
+    }
+    if options.config_path:
+        env["WORX_CONFIG"] = options.config_path
+    # several torch processes share the machine's cores: idle OpenMP threads sleep instead of
+    # spinning on a core another stage needs (the user's own setting wins)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
+
+
+def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
+    """Start every stage process and the watcher; the caller feeds documents and waits."""
+    options.run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_file(
+        options.run_dir,
+        options.trunk_dir,
+        options.store_dir or options.run_dir / "experts",
+        options.monitor_dir or options.run_dir / "monitor",
+    )
+    supervisor = Supervisor(options.run_dir / "logs", base_env=stage_env(options))
+    watcher = LoopWatcher(conf, Topics(options.topic_prefix)).start()
+    # the domain table kept in the run, so the finished run routes with no broker
+    saved = SavedTable(options.run_dir / DOMAINS_FILE)
+    write_table(saved.path, saved.table)  # a run that found no domain yet is still a run
+    domains = TableFollower(
+        conf,
+        Topics(options.topic_prefix).domains,
+        saved.apply,
+        dead_letters=False,  # the stages dead-letter the rows they refuse
+        name="run-domains",
+        lookup=lambda row: saved.table.get(row.domain_id),
+    ).start()
+    for spec in route_and_discover(options.runtime):
+        supervisor.start(spec)
+    supervisor.start(
+        ChildSpec("trainer", worx_argv("trainer", "--no-progress"), env=options.trainer_env)
+    )
+    serve_url = dashboard_url = None
+    if options.serve:
+        port = free_port(options.host)
+        serve_url = f"http://{options.host}:{port}"
+        supervisor.start(
+            ChildSpec("serve", worx_argv("serve", "--host", options.host, "--port", str(port)))
+        )
+    if options.monitor:
+        port = free_port(options.host)
+        dashboard_url = f"http://{options.host}:{port}/"
+        argv = ["monitor", "--host", options.host, "--port", str(port)]
+        argv.append("--baseline" if options.baseline else "--no-baseline")
+        supervisor.start(ChildSpec("monitor", worx_argv(*argv)))
+    return RunningLoop(supervisor, watcher, dashboard_url, serve_url, time.monotonic(), domains)
+
+
+def route_and_discover(runtime: str) -> list[ChildSpec]:
+    """The processes that route and discover: two plain Kafka loops, or one PyFlink job on
+    a mini-cluster (``worx flink run``: a JVM and its Python workers in its process group)."""
+    if runtime == "flink":
+        # SIGTERM to the client alone: it cancels the job, then the JVM ends (a SIGTERM to
+        # the whole group kills the JVM under the client, which then fails to cancel)
+        flink = worx_argv("flink", "run")
+        return [ChildSpec("flink", flink, term_leader_only=True, stop_timeout_s=30.0)]
+    if runtime != "plain":
+        raise ValueError(f"unknown runtime {runtime!r}: plain or flink")
+    return [ChildSpec("route", worx_argv("route")), ChildSpec("discover", worx_argv("discover"))]
+
+
+def watch_live(
+    loop: RunningLoop,
+    done: Callable[[LoopState], bool],
+    timeout_s: float,
+    console: Console | None = None,
+) -> bool:
+    """Show the live view until ``done(state)`` holds, or ``timeout_s`` passes; restart crashed
+    stages meanwhile. Returns whether ``done`` was reached."""
+    console = console or Console()
+    deadline = time.monotonic() + timeout_s
+    reached = False
+    view = LiveView(loop.started, loop.dashboard_url, loop.serve_url)
+    with Live(console=console, refresh_per_second=2, transient=False) as live:
+        while time.monotonic() < deadline:
+            ended = loop.supervisor.poll()
+            for name in ended:
+                if not loop.supervisor.children[name].spec.oneshot:
+                    raise StageFailed(name, loop.supervisor.children[name].log_path)
+            if not loop.watcher.healthy():  # the view no longer follows the topics
+                raise RuntimeError(f"{loop.watcher.describe()}; stopping every stage")
+            if loop.domains is not None and not loop.domains.healthy():  # domains.json stale
+                raise RuntimeError(f"{loop.domains.describe()}; stopping every stage")
+            stages = {
+                name: ("up" if loop.supervisor.alive(name) else "done")
+                for name in loop.supervisor.children
+            }
+            with loop.watcher.lock:
+                live.update(view.render(loop.watcher.state, stages))
+                if done(loop.watcher.state):
+                    reached = True
+                    break
+            loop.watcher.wait_change(timeout_s=0.5)
+    return reached
+
+
+class StageFailed(RuntimeError):
+    def __init__(self, name: str, log_path: Path) -> None:
+        tail = ""
+        if log_path.exists():
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+        super().__init__(f"stage {name} failed and used up its restarts; last log lines:\n{tail}")
