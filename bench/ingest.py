@@ -146,7 +146,7 @@ def faust_stream(servers: str, source: str, prefix: str, count: int, conf: dict)
         "WORX_INGEST__SOURCE_TOPICS": source,
         "WORX_DATA_DIR": f"/tmp/worx-bench-{uuid.uuid4()}",
     }
-    cmd = [sys.executable, "-m", "topology.cli", "stream", "--agents", "normalise"]
+    cmd = [sys.executable, "-m", "topology.commands", "stream", "--agents", "normalise"]
     worker = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         return output_window(conf, f"{prefix}.docs", count)

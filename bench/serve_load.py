@@ -205,7 +205,7 @@ def main() -> None:
             WORX_SERVE__API_TOKEN=TOKEN,
             OMP_NUM_THREADS="1",
         )
-        argv = [sys.executable, "-m", "topology.cli", "serve", "--trunk", str(trunk_dir)]
+        argv = [sys.executable, "-m", "topology.commands", "serve", "--trunk", str(trunk_dir)]
         argv += ["--store", str(store.root), "--port", "0"]
         log_file = (tmp / "serve.log").open("w")
         proc = subprocess.Popen(

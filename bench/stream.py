@@ -126,7 +126,7 @@ def cpu_seconds(pid: int) -> float:
 
 def worker_command(runtime: str) -> list[str]:
     if runtime == "faust":
-        return [sys.executable, "-m", "topology.cli", "stream", "--agents", "route"]
+        return [sys.executable, "-m", "topology.commands", "stream", "--agents", "route"]
     return [sys.executable, str(Path(__file__).resolve()), "--worker", runtime]
 
 

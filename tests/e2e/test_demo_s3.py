@@ -37,7 +37,7 @@ def test_demo_keeps_its_experts_in_the_bucket_and_stages_share_nothing_else(tmp_
         env.update({**SMALL_LOOP, **s3.env})
         report_path = tmp_path / "report.json"
         command = [
-            sys.executable, "-m", "topology.cli", "demo",
+            sys.executable, "-m", "topology.commands", "demo",
             "--trunk", str(trunk),
             "--old-domains", "",
             "--new-domains", ",".join(NEW_DOMAINS),

@@ -25,7 +25,7 @@ import pytest
 
 from experts.testing import build_tiny_trunk
 from router.table_file import read_rows
-from topology.cli import main
+from topology.commands import main
 from worx.scenario import Scenario
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -75,7 +75,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory):
     report_path = root / "report.json"
     env = {**os.environ, **SMALL_LOOP, "WORX_E2E_MARKER": marker}
     command = [
-        sys.executable, "-m", "topology.cli", "demo",
+        sys.executable, "-m", "topology.commands", "demo",
         "--trunk", str(trunk),
         "--old-domains", "",
         "--new-domains", ",".join(NEW_DOMAINS),

@@ -35,7 +35,7 @@ def test_up_reads_company_topic_routes_it_and_stops_cleanly(tmp_path, kafka_conf
     )
     marker = f"worx-up-{uuid.uuid4().hex}"
     up = subprocess.Popen(
-        [sys.executable, "-m", "topology.cli", "--config", "worx.toml", "up", "--no-serve"],
+        [sys.executable, "-m", "topology.commands", "--config", "worx.toml", "up", "--no-serve"],
         cwd=tmp_path,
         env={**os.environ, "WORX_E2E_MARKER": marker, "WORX_MONITOR__BASELINE": "false"},
         stdout=subprocess.DEVNULL,

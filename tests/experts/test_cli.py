@@ -9,7 +9,7 @@ from experts.store import WEIGHTS, ExpertStore
 from experts.trunk import trunk_fingerprint
 from router.embed import default_embedder
 from tests.experts.conftest import make_domain_expert
-from topology.cli import main
+from topology.commands import main
 
 
 class _Trunk:

@@ -94,7 +94,7 @@ def test_a_run_that_stored_no_expert_is_explained_with_the_trunk_alone(
 ):
     from router.records import DomainRecord
     from router.table_file import SavedTable
-    from topology.cli import main
+    from topology.commands import main
     from topology.composition.run_dir import write_run_file
 
     for name in [k for k in os.environ if k.startswith("WORX_")]:

@@ -73,7 +73,7 @@ def test_live_serve_registers_three_experts_without_a_failed_request(
         WORX_SERVE__API_TOKEN=TOKEN,
         OMP_NUM_THREADS="1",
     )
-    argv = [sys.executable, "-m", "topology.cli", "serve", "--trunk", str(trunk_dir)]
+    argv = [sys.executable, "-m", "topology.commands", "serve", "--trunk", str(trunk_dir)]
     argv += ["--store", str(store.root), "--port", "0"]
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from topology.cli import build_parser
+from topology.commands import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())

@@ -69,7 +69,7 @@ class FlinkRun:
 
     def __init__(self, servers: str, prefix: str, workdir: Path, parallelism: int) -> None:
         self.command = [
-            sys.executable, "-m", "topology.cli", "flink", "run",
+            sys.executable, "-m", "topology.commands", "flink", "run",
             "--bootstrap-servers", servers,
             "--parallelism", str(parallelism),
             "--checkpoint-dir", str(workdir / "checkpoints"),

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 )
 def test_flink_commands_without_pyflink_give_the_install_command(argv, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "topology.cli", *argv],
+        [sys.executable, "-m", "topology.commands", *argv],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -22,7 +22,7 @@ def block():
     sys.stdin.read()
 exec(sys.argv[1])
 install(block)
-from topology.cli import main
+from topology.commands import main
 sys.exit(main(sys.argv[2:]))
 """
 
@@ -33,7 +33,7 @@ def start_worx(args: list[str], env: dict[str, str], log: Path, block_at: str | 
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("WORX_")}
     full_env.update(env)
     if block_at is None:
-        argv = [sys.executable, "-m", "topology.cli", *args]
+        argv = [sys.executable, "-m", "topology.commands", *args]
     else:
         argv = [sys.executable, "-c", _RUNNER, block_at, *args]
     with log.open("ab") as stderr:

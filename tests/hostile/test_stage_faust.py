@@ -86,7 +86,7 @@ def test_faust_route_and_discover_agents_dead_letter_hostile_records_and_keep_go
         **ENV,
     }
     log = tmp_path / "stream.log"
-    command = [sys.executable, "-m", "topology.cli", "stream", "--agents", "route,discover"]
+    command = [sys.executable, "-m", "topology.commands", "stream", "--agents", "route,discover"]
     worker = subprocess.Popen(
         command, cwd=tmp_path, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
     )

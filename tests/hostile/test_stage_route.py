@@ -169,7 +169,7 @@ def _route_process(kafka_conf: dict, env: dict, log_path: Path) -> subprocess.Po
     command = [
         sys.executable,
         "-m",
-        "topology.cli",
+        "topology.commands",
         "route",
         "--bootstrap-servers",
         kafka_conf["bootstrap.servers"],

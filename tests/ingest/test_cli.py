@@ -16,7 +16,7 @@ from worx.bundled import corpus_files
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = [str(p) for p in corpus_files()]
-WORX = [sys.executable, "-m", "topology.cli"]
+WORX = [sys.executable, "-m", "topology.commands"]
 
 
 def clean_env(tmp_path) -> dict[str, str]:

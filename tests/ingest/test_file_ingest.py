@@ -61,7 +61,7 @@ def test_sigkill_half_way_then_restart_loses_nothing(tmp_path, broker, topics, d
         "WORX_INGEST__MAX_DOC_CHARS": "1000",
     }
     env.pop("WORX_CONFIG", None)
-    cmd = [sys.executable, "-m", "topology.cli", "ingest", str(path), "--no-progress"]
+    cmd = [sys.executable, "-m", "topology.commands", "ingest", str(path), "--no-progress"]
     cmd += ["--checkpoint", str(checkpoint)]
     worker = subprocess.Popen([*cmd, "--rate", "2000"], env=env, cwd=tmp_path)
     try:

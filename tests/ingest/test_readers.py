@@ -96,7 +96,7 @@ def test_a_truncated_gzip_file_is_a_clear_error(tmp_path, kafka_conf, topics):
         [
             sys.executable,
             "-m",
-            "topology.cli",
+            "topology.commands",
             "ingest",
             str(path),
             "--no-progress",

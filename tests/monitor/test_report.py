@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.monitor.smallrun import ALL_DOMAINS, SmallRun
-from topology.cli import main
+from topology.commands import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -71,7 +71,7 @@ def test_worx_monitor_serves_the_history_until_sigterm(small_run: SmallRun) -> N
     cmd = [
         sys.executable,
         "-m",
-        "topology.cli",
+        "topology.commands",
         "monitor",
         "--no-stream",
         "--port",

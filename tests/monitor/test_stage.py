@@ -254,7 +254,7 @@ def test_worx_monitor_command_follows_the_stream(
     cmd = [
         sys.executable,
         "-m",
-        "topology.cli",
+        "topology.commands",
         "monitor",
         "--port",
         "0",

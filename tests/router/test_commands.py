@@ -56,7 +56,7 @@ def test_route_and_discover_commands_find_both_domains(kafka_conf, topics, tmp_p
     env = _env(kafka_conf, topics, tmp_path)
     docs = _phased_docs()
     _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), 0) for d in docs])
-    cli = [sys.executable, "-m", "topology.cli"]
+    cli = [sys.executable, "-m", "topology.commands"]
     route, discover = (_spawn([*cli, command], env) for command in ("route", "discover"))
     jobs = TopicReader(kafka_conf, topics.train, TrainJob)
     try:
@@ -95,7 +95,7 @@ def test_faust_agents_register_and_route(kafka_conf, topics, tmp_path):
     env = _env(kafka_conf, topics, tmp_path)
     docs = _phased_docs()
     _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), i % 2) for i, d in enumerate(docs)])
-    command = [sys.executable, "-m", "topology.cli", "stream", "--agents", "route,discover"]
+    command = [sys.executable, "-m", "topology.commands", "stream", "--agents", "route,discover"]
     stream = subprocess.Popen(
         command,
         cwd=tmp_path,

@@ -146,7 +146,7 @@ def _discover_process(kafka_conf: dict, topics: Topics, snapshot: Path, env: dic
     command = [
         sys.executable,
         "-m",
-        "topology.cli",
+        "topology.commands",
         "discover",
         "--bootstrap-servers",
         kafka_conf["bootstrap.servers"],

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from ingest.config import IngestConfig
-from topology.cli import build_parser
+from topology.commands import build_parser
 from topology.composition.worx_config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -83,7 +83,7 @@ def test_worx_stream_runs_normalise_at_least_once_and_dead_letters(
     publish_many(kafka_conf, source, ((None, value) for value in good + bad))
 
     env = _stream_env(broker, topics, source, tmp_path)
-    cmd = [sys.executable, "-m", "topology.cli", "stream", "--agents", "normalise"]
+    cmd = [sys.executable, "-m", "topology.commands", "stream", "--agents", "normalise"]
     worker = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
         docs = [Doc.from_json(v) for v in collect(kafka_conf, topics.docs, 200)]
@@ -110,7 +110,7 @@ def test_worx_stream_killed_with_sigkill_then_restarted_loses_nothing(
     values = (json.dumps({"id": f"k{i}", "text": f"kill test {i}"}).encode() for i in range(total))
     publish_many(kafka_conf, source, ((None, value) for value in values))
     env = _stream_env(broker, topics, source, tmp_path)
-    cmd = [sys.executable, "-m", "topology.cli", "stream", "--agents", "normalise"]
+    cmd = [sys.executable, "-m", "topology.commands", "stream", "--agents", "normalise"]
     first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
     try:
         collect(kafka_conf, topics.docs, 300)  # it is working: kill it mid-stream
@@ -137,7 +137,7 @@ def test_worx_stream_explains_a_missing_source_topic(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORX_")}
     env["WORX_KAFKA__BOOTSTRAP_SERVERS"] = "127.0.0.1:9"  # never contacted
     out = subprocess.run(
-        [sys.executable, "-m", "topology.cli", "stream", "--agents", "normalise"],
+        [sys.executable, "-m", "topology.commands", "stream", "--agents", "normalise"],
         capture_output=True,
         text=True,
         cwd=tmp_path,

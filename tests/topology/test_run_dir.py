@@ -10,7 +10,7 @@ import pytest
 
 from router.records import DomainRecord
 from router.table_file import SavedTable, load_table
-from topology.cli import main
+from topology.commands import main
 from topology.composition.run_dir import open_run, write_run_file
 
 

@@ -1,5 +1,5 @@
 """Every user error is one line on stderr, exit code 2, no traceback; read-only commands
-create nothing they were pointed at. In process through ``topology.cli.main`` where no
+create nothing they were pointed at. In process through ``topology.commands.main`` where no
 librdkafka client runs; as a subprocess where one does (its logs go to the real stderr)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sys
 import pytest
 
 import topology.commands.experts
-from topology.cli import main
+from topology.commands import main
 from worx.errors import UserError
 
-WORX = [sys.executable, "-m", "topology.cli"]
+WORX = [sys.executable, "-m", "topology.commands"]
 STORE_HINT = (
     "pass --store DIR of an existing expert store (`worx trainer` writes one), or set "
     "experts.store_dir / data_dir (WORX_EXPERTS__STORE_DIR, WORX_DATA_DIR)"

@@ -47,7 +47,7 @@ def _start_worker(config: Path, data_dir: Path, s3: S3Server, **overrides: str):
     data_dir.mkdir(parents=True, exist_ok=True)
     log = (data_dir / "worker.log").open("ab")
     process = subprocess.Popen(
-        [sys.executable, "-m", "topology.cli", "trainer", "--no-progress"],
+        [sys.executable, "-m", "topology.commands", "trainer", "--no-progress"],
         cwd=REPO,
         env=env,
         stdout=log,

@@ -180,7 +180,7 @@ def test_placements_choose_the_first_that_fits() -> None:
 
 
 def test_cli_json_and_bad_arguments(capsys) -> None:
-    from topology.cli import main
+    from topology.commands import main
 
     code = main(
         [

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from experts.reversible import ReversibleConfig, ReversibleLMHeadModel
-from topology.cli import main as worx_main
+from topology.commands import main as worx_main
 from trainer.plan import RunShape, TrunkShape
 from trainer.plan.bytes import dense_step
 from trainer.plan.saved import SavedBytes

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from topology.cli import main as worx_main
+from topology.commands import main as worx_main
 from trainer.pretrain_card import CARD_NAME, REPORT_NAME
 from trainer.pretrain_data import is_heldout, load_corpus
 from trainer.recipes.pretrain_trunk import PretrainConfig, pretrain

@@ -11,7 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from experts.reversible import ReversibleConfig, ReversibleLMHeadModel
 from experts.trunk import load_trunk
 from tests.trainer.test_pretrain_trunk import tiny
-from topology.cli import main as worx_main
+from topology.commands import main as worx_main
 from trainer.recipes.pretrain_trunk import pretrain
 from trainer.trunk_growth import Growth, GrowthError, grow, grow_depth, grow_width, plan_growth
 

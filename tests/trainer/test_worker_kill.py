@@ -25,7 +25,7 @@ def _start_worker(config: Path, log: Path, **overrides: str) -> subprocess.Popen
     env.update(overrides)
     handle = log.open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "topology.cli", "trainer", "--no-progress"],
+        [sys.executable, "-m", "topology.commands", "trainer", "--no-progress"],
         cwd=REPO,
         env=env,
         stdout=handle,

@@ -38,7 +38,7 @@ def _child_setup() -> None:
 @dataclass
 class ChildSpec:
     name: str
-    argv: list[str]  # e.g. [sys.executable, "-m", "topology.cli", "trainer"]
+    argv: list[str]  # e.g. [sys.executable, "-m", "topology.commands", "trainer"]
     env: dict[str, str] = field(default_factory=dict)
     restart: bool = True  # restart when it exits non-zero (a crashed stage re-runs alone)
     max_restarts: int = 3
@@ -221,4 +221,4 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
 
 def worx_argv(*args: str) -> list[str]:
     """argv that runs a `worx` subcommand with this interpreter (no PATH lookup needed)."""
-    return [sys.executable, "-m", "topology.cli", *args]
+    return [sys.executable, "-m", "topology.commands", *args]

@@ -1,7 +1,15 @@
-"""The `worx` command line. Each subcommand lives in its own module under topology/commands/
-and exposes ``register(subparsers)``; modules are discovered, so adding one touches no other.
-Heavy imports (torch, faust) happen inside the command functions, to keep --help instant.
+"""The `worx` command line (:func:`main`; ``python -m topology.commands``).
 
+Each subcommand is the module of its name in this folder (``serve.py`` is `worx serve`) and
+exposes ``register(subparsers)``; modules are discovered, so adding one touches no other.
+A module whose name starts with ``_`` is not a command (Django's rule): it holds helpers
+several commands share, and no command imports another:
+
+- ``_shared``: argument groups (Kafka, runtime, mapping) and helpers (stop on SIGTERM);
+- ``_domain_source``: where a read-only command gets the domain table (run, file, topic);
+- ``_explain_text``: `worx explain` and `worx route --explain`: why a text gets its experts.
+
+Heavy imports (torch, faust) happen inside the command functions, to keep --help instant.
 A :class:`worx.errors.UserError` (a :class:`topology.composition.worx_config.ConfigError`
 is one) ends the command with one line on stderr, ``worx: <what is wrong>; <how to fix
 it>``, and exit code 2; ``--debug`` or ``WORX_DEBUG=1`` re-raises it, with its traceback.
@@ -18,7 +26,6 @@ import pkgutil
 import sys
 import traceback
 
-import topology.commands
 from topology.composition.worx_config import ConfigError
 from worx.errors import UserError
 
@@ -39,10 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     # a module whose name starts with "_" holds helpers shared by commands (Django's rule)
-    modules = pkgutil.iter_modules(topology.commands.__path__)
+    modules = pkgutil.iter_modules(__path__)
     names = sorted(m.name for m in modules if not m.name.startswith("_"))
     for name in names:
-        importlib.import_module(f"topology.commands.{name}").register(subparsers)
+        importlib.import_module(f"{__name__}.{name}").register(subparsers)
     return parser
 
 
@@ -75,7 +82,3 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
