@@ -25,22 +25,12 @@ import pytest
 
 from experts.testing import build_tiny_trunk
 from router.table_file import read_rows
+from tests.support.reduced_loop import NEW_DOMAINS, SMALL_LOOP
 from topology.commands import main
 from worx.scenario import Scenario
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
-SMALL_LOOP = {
-    "WORX_ROUTER__JOB_DOCS": "100",
-    "WORX_TRAINER__MAX_STEPS": "8",
-    "WORX_TRAINER__SEQ_LEN": "64",
-    "WORX_TRAINER__MICRO_BATCH_SIZE": "4",
-    "WORX_TRAINER__GRAD_ACCUM_STEPS": "1",
-    "WORX_TRAINER__LR": "0.01",
-    "WORX_TRAINER__EVAL_EVERY": "4",
-    "WORX_TRAINER__GATE_MARGIN": "0.0",
-}
-NEW_DOMAINS = ("python_code", "legal")
 SERVING = re.compile(r"serving the finished run on (\S+) dashboard (\S+)")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from experts.store import WEIGHTS, ExpertStore
 from experts.trunk import trunk_fingerprint
 from router.embed import default_embedder
-from tests.experts.conftest import make_domain_expert
+from tests.support.experts import make_domain_expert
 from topology.commands import main
 
 

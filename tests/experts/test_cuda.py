@@ -14,7 +14,7 @@ from experts.store import ExpertStore
 from experts.trunk import load_trunk
 from router.embed import default_embedder
 from router.gate import Gate
-from tests.experts.conftest import domain_table, domain_texts, make_domain_expert, randomize
+from tests.support.experts import domain_table, domain_texts, make_domain_expert, randomize
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from experts.expert import Expert, ExpertConfig, ExpertConfigError
-from tests.experts.conftest import randomize
+from tests.support.experts import randomize
 
 
 def test_untrained_adapter_outputs_exact_zero_and_counts_params() -> None:

@@ -13,7 +13,7 @@ from experts.serving import ExpertServer
 from experts.store import ExpertStore
 from router.embed import default_embedder
 from router.gate import Gate
-from tests.experts.conftest import domain_table, domain_texts, make_domain_expert
+from tests.support.experts import domain_table, domain_texts, make_domain_expert
 from topology.serve.http_api import make_http_server
 
 CODE = domain_texts("python_code", 1, skip=30)[0]

@@ -11,8 +11,8 @@ import torch
 from experts.expert import Expert, ExpertConfig, ExpertConfigError
 from experts.growth import grow, growth_record, scaled_config, union_config
 from experts.mixture import Mixture
-from tests.experts.conftest import randomize
-from tests.trainer.conftest import tensor_hashes
+from tests.support.experts import randomize
+from tests.support.trainer import tensor_hashes
 
 
 def _vocab(trunk) -> int:

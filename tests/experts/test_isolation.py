@@ -10,7 +10,7 @@ import torch
 from experts.expert import Expert, ExpertConfig
 from experts.mixture import Mixture
 from experts.store import WEIGHTS, ExpertStore
-from tests.experts.conftest import randomize
+from tests.support.experts import randomize
 
 
 def _tensor_hashes(module: torch.nn.Module) -> dict[str, str]:

@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 from experts.expert import Expert, ExpertConfig, ExpertConfigError
 from experts.mixture import Mixture
 from experts.store import WEIGHTS, ExpertRefused, ExpertStore
-from tests.experts.conftest import randomize
-from tests.trainer.conftest import tensor_hashes
+from tests.support.experts import randomize
+from tests.support.trainer import tensor_hashes
 
 BEFORE_KINDS = Path(__file__).parent / "data" / "store_before_kinds"  # written by 9f86a1a
 

@@ -19,7 +19,7 @@ from experts.store import ExpertStore
 from experts.trunk import load_trunk
 from router.embed import default_embedder
 from router.gate import Gate
-from tests.experts.conftest import domain_table, domain_texts
+from tests.support.experts import domain_table, domain_texts
 from trainer.config import TrainerConfig
 from trainer.recipes.expert import train_expert
 

@@ -7,7 +7,7 @@ import torch
 
 from experts.expert import Expert, ExpertConfig
 from experts.mixture import Mixture
-from tests.experts.conftest import randomize
+from tests.support.experts import randomize
 
 
 def _batch(trunk, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

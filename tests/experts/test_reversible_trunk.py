@@ -19,7 +19,7 @@ from experts.tokenizer import train_bpe_tokenizer
 from experts.trunk import Trunk, load_trunk
 from router.embed import default_embedder
 from router.gate import Gate
-from tests.experts.conftest import domain_table, domain_texts, make_domain_expert, randomize
+from tests.support.experts import domain_table, domain_texts, make_domain_expert, randomize
 from trainer.config import TrainerConfig
 from trainer.recipes.expert import train_expert
 

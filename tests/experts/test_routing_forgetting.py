@@ -18,7 +18,7 @@ from experts.store import ExpertStore
 from experts.trunk import load_trunk
 from router.embed import default_embedder
 from router.gate import CentroidIndex, Gate
-from tests.experts.conftest import domain_table, domain_texts, make_domain_expert
+from tests.support.experts import domain_table, domain_texts, make_domain_expert
 
 DOMAINS = ("fiction_austen", "news", "legal", "scripture")  # the demo --quick order
 

@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from experts.store import ExpertStore
 from router.embed import default_embedder
-from tests.experts.conftest import domain_record, domain_texts, make_domain_expert
+from tests.support.experts import domain_record, domain_texts, make_domain_expert
 
 DOMAINS = {"code": "python_code", "legal": "legal", "bio": "biomedical"}
 TOKEN = "live-serve-token"  # given to the process through WORX_SERVE__API_TOKEN

@@ -17,7 +17,7 @@ from experts.serving import ExpertServer
 from experts.store import WEIGHTS, ExpertStore
 from router.embed import default_embedder
 from router.gate import Gate
-from tests.experts.conftest import domain_table, domain_texts, make_domain_expert
+from tests.support.experts import domain_table, domain_texts, make_domain_expert
 from tests.support.kafka import publish_many
 from topology.serve.http_api import make_http_server
 from topology.serve.registration_follower import RegistrationFollower
@@ -291,7 +291,7 @@ def test_an_expert_is_served_only_through_its_domain_row(server) -> None:
     assert code["experts"] == {"code": 1.0} and code["domain"] == "python_code"
     assert code["domain_version"] == server.domains.version == 3
     # once the domain is announced, its documents reach its expert
-    from tests.experts.conftest import domain_record
+    from tests.support.experts import domain_record
 
     server.domains.apply(domain_record(server.embedder, "tech_docs"))
     assert server.score(tech)["experts"] == {"tech": 1.0}

@@ -19,7 +19,7 @@ from experts.expert import Expert, ExpertConfig
 from experts.object_store import ObjectStoreError
 from experts.store import MANIFEST, QUARANTINE, WEIGHTS, ExpertRefused, ExpertStore
 from experts.store_open import open_store
-from tests.experts.conftest import randomize
+from tests.support.experts import randomize
 from tests.support.s3 import S3Server
 
 FP = "f" * 64

@@ -29,8 +29,8 @@ pytest.importorskip("pyflink", reason='apache-flink is not installed (README "Fl
 from ingest.records import DeadLetter, Doc  # noqa: E402
 from router.config import RouterConfig  # noqa: E402
 from router.records import DomainRecord, RoutedDoc, TrainJob  # noqa: E402
-from tests.router.helpers import Loop  # noqa: E402
 from tests.support.kafka import produce, publish_many, read_messages  # noqa: E402
+from tests.support.route_discover import Loop  # noqa: E402
 from topology.composition.topics import Topics, ensure_topics  # noqa: E402
 from topology.flink.checkpoints import latest_checkpoint  # noqa: E402
 from worx.scenario import Scenario  # noqa: E402

@@ -15,8 +15,8 @@ import pytest
 from monitor.figures import build_state
 from monitor.history import MatrixHistory
 from monitor.server import DashboardServer
-from tests.hostile.http_raw import Answer, exchange, flood, request
-from tests.monitor.test_dashboard import CHROMIUM, FLAGS
+from tests.support.browser import CHROMIUM, FLAGS
+from tests.support.http_raw import Answer, exchange, flood, request
 from worx.web import HttpLimits
 
 TOKEN = "dash-token-91c2"

@@ -22,8 +22,8 @@ from experts.testing import build_tiny_trunk
 from experts.trunk import load_trunk
 from router.embed import default_embedder
 from router.gate import Gate
-from tests.experts.conftest import domain_table, domain_texts, make_domain_expert
-from tests.hostile.http_raw import Answer, exchange, flood, request
+from tests.support.experts import domain_table, domain_texts, make_domain_expert
+from tests.support.http_raw import Answer, exchange, flood, request
 from topology.serve.http_api import make_http_server
 from worx.web import HttpLimits
 

@@ -19,7 +19,7 @@ from experts.trunk import load_trunk
 from monitor.evaluator import Evaluator
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory
-from tests.experts.conftest import randomize, trunk_dirs  # noqa: F401 - a shared fixture
+from tests.support.experts import randomize, trunk_dirs  # noqa: F401 - a shared fixture
 from topology.loop.supervisor import ChildSpec, Supervisor, rotate_log
 from trainer.config import TrainerConfig
 from trainer.job_retention import prune_ended_jobs

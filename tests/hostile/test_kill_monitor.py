@@ -20,9 +20,9 @@ from experts.records import ExpertRegistration
 from monitor.records import EvalRow
 from router.embed import default_embedder
 from router.records import DomainRecord
-from tests.hostile.processes import read_line, start_worx
-from tests.monitor.conftest import small_run  # noqa: F401 - the shared fixture
 from tests.support.kafka import publish, read_messages
+from tests.support.processes import read_line, start_worx
+from tests.support.smallrun import small_run  # noqa: F401 - the shared fixture
 
 # the child's publisher drops every worx.metrics record and blocks at the flush after one
 SWALLOW_METRICS = r"""

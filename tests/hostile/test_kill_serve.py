@@ -19,13 +19,13 @@ from confluent_kafka import Producer
 from experts.store import ExpertStore
 from experts.trunk import trunk_fingerprint
 from router.embed import default_embedder
-from tests.experts.conftest import (
+from tests.support.experts import (
     domain_record,
     domain_texts,
     make_domain_expert,
     trunk_dirs,  # noqa: F401 - the shared fixture
 )
-from tests.hostile.processes import read_line, start_worx
+from tests.support.processes import read_line, start_worx
 
 TEXTS = {
     "code": domain_texts("python_code", 1, skip=40)[0],

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from experts.store import ExpertRefused, ExpertStore
-from tests.hostile.test_store_housekeeping import FP, _expert
+from tests.support.experts import FP, tiny_expert
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ CHILD = r"""
 import os, sys
 import experts.store_files as store_module  # the directory backend writes the files
 from experts.store import ExpertStore, WEIGHTS
-from tests.hostile.test_store_housekeeping import FP, _expert
+from tests.support.experts import FP, tiny_expert
 
 point = sys.argv[2]
 
@@ -53,7 +53,7 @@ def rename(src, dst):
 
 store_module._write_synced = write
 store_module.os.rename = rename
-ExpertStore(sys.argv[1], FP).put("victim", _expert(3), "d", [1.0, 0.0])
+ExpertStore(sys.argv[1], FP).put("victim", tiny_expert(3), "d", [1.0, 0.0])
 """
 
 
@@ -64,7 +64,7 @@ def _leftovers(root: Path) -> list[str]:
 @pytest.mark.parametrize("point", ["mid_weights", "after_rename"])
 def test_sigkilled_writer_leaves_no_partial_expert(tmp_path: Path, point: str) -> None:
     root = tmp_path / "store"
-    ExpertStore(root, FP).put("bystander", _expert(1), "d", [0.0, 1.0])
+    ExpertStore(root, FP).put("bystander", tiny_expert(1), "d", [0.0, 1.0])
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(root), point],
         cwd=REPO,
@@ -93,7 +93,7 @@ def test_sigkilled_writer_leaves_no_partial_expert(tmp_path: Path, point: str) -
         with pytest.raises(ExpertRefused) as info:
             visible.manifest("victim")
         assert info.value.reason == "missing"
-    again = visible.put("victim", _expert(3), "d", [1.0, 0.0])
+    again = visible.put("victim", tiny_expert(3), "d", [1.0, 0.0])
     assert visible.ids() == ["bystander", "victim"]  # once, whatever the point
     assert visible.manifest("victim").sha256 == again.sha256
     assert visible.verify().ok == ["bystander", "victim"] and visible.quarantined() == []

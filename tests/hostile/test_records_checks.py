@@ -15,7 +15,7 @@ from ingest.records import DeadLetter
 from monitor.evaluator import check_stored
 from monitor.weights import expert_weight_file
 from router.records import DocRef, DomainRecord, TrainJob
-from tests.experts.conftest import randomize
+from tests.support.experts import randomize
 from trainer.records import TrainStatus
 from worx.ids import UnsafeIdError, validate_id
 from worx.records import RecordError

@@ -15,8 +15,8 @@ from ingest.records import Doc
 from router.config import RouterConfig
 from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob
 from router.table import DomainTable
-from tests.experts.conftest import randomize
-from tests.router.helpers import Loop
+from tests.support.experts import randomize
+from tests.support.route_discover import Loop
 from trainer.records import TrainStatus
 from worx.scenario import Scenario
 from worx.stage import Message

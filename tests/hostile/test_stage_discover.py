@@ -1,7 +1,7 @@
 """The discover stage under hostile input on the three topics it reads, on the real broker.
 
 ``worx.routed`` (its input), ``worx.domains`` and ``worx.experts`` (its followers) each get
-the hostile catalogue of :mod:`tests.hostile.hostile_records` between good records, in
+the hostile catalogue of :mod:`tests.support.hostile_records` between good records, in
 one run of :class:`~topology.runtimes.discover_runner.DiscoverRunner`. It keeps running, issues
 the same jobs and domain rows as a clean in-process run of the same stage over the good
 records, and every hostile record is on ``worx.dlq`` with its reason.
@@ -21,7 +21,7 @@ from router.config import RouterConfig
 from router.discover import DiscoverStage
 from router.records import DomainRecord, RoutedDoc, TrainJob
 from router.route import RouteStage
-from tests.hostile.hostile_records import (
+from tests.support.hostile_records import (
     Hostile,
     Shape,
     catalogue,

@@ -1,7 +1,7 @@
 """The Faust agents (`worx stream --agents route,discover`) under hostile input, real broker.
 
 One worker runs the route and discover agents. The hostile catalogue of
-:mod:`tests.hostile.hostile_records` goes to ``docs`` (the route agent), ``domains`` (its
+:mod:`tests.support.hostile_records` goes to ``docs`` (the route agent), ``domains`` (its
 table follower), ``routed`` (the discover agent) and ``experts`` (its registrations
 follower). The worker keeps running and stops cleanly; the route agent's decisions equal a
 clean in-process route stage's; discover's outputs equal a clean discover stage's over
@@ -26,7 +26,7 @@ from router.discover import DiscoverStage
 from router.embed import default_embedder
 from router.records import DomainRecord, DriftEvent, RoutedDoc
 from router.route import RouteStage
-from tests.hostile.hostile_records import (
+from tests.support.hostile_records import (
     Hostile,
     Shape,
     catalogue,

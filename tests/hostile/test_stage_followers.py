@@ -10,7 +10,7 @@ import pytest
 
 from router.records import DomainRecord
 from router.route import RouteStage
-from tests.hostile.hostile_records import send, until
+from tests.support.hostile_records import send, until
 from topology.composition.topics import Topics
 from topology.runtimes.stage_runner import FollowerDied, StageRunner
 from topology.runtimes.table_follower import TableFollower

@@ -2,7 +2,7 @@
 
 Every input topic of `worx monitor` (``drift``, ``train``, ``train.status``, ``experts``,
 ``dlq``, ``docs``, ``routed``) and the domain table it follows get the hostile catalogue
-of :mod:`tests.hostile.hostile_records` between good records, in one run. The monitor
+of :mod:`tests.support.hostile_records` between good records, in one run. The monitor
 keeps running; what it keeps of the good records (jobs, progress, drift events,
 registrations, labels, the routing table, the evaluation history) equals a clean
 in-process run's; every hostile record of a topic it decodes is on ``worx.dlq`` with its
@@ -24,7 +24,7 @@ from ingest.records import DeadLetter, Doc
 from monitor.live import LiveState
 from monitor.stage import MonitorStage
 from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob
-from tests.hostile.hostile_records import (
+from tests.support.hostile_records import (
     Hostile,
     Shape,
     catalogue,
@@ -35,8 +35,7 @@ from tests.hostile.hostile_records import (
     send,
     until,
 )
-from tests.monitor.conftest import run_copy, small_run  # noqa: F401 - fixtures
-from tests.monitor.smallrun import SmallRun
+from tests.support.smallrun import SmallRun, run_copy, small_run  # noqa: F401 - fixtures
 from topology.composition.topics import Topics
 from topology.runtimes.stage_runner import StageRunner
 from topology.runtimes.table_follower import TableFollower

@@ -1,7 +1,7 @@
 """The route stage under hostile input on both topics it reads, on the real embedded broker.
 
 ``worx.docs`` (the stage's input) and ``worx.domains`` (the table its follower applies)
-each get the whole catalogue of :mod:`tests.hostile.hostile_records` between good
+each get the whole catalogue of :mod:`tests.support.hostile_records` between good
 records. The stage keeps running, every good document is routed exactly as a clean
 in-process run routes it, every hostile record is on ``worx.dlq`` with its reason and
 source coordinates. And `worx route` killed with SIGKILL mid-stream loses nothing.
@@ -27,7 +27,7 @@ from router.config import RouterConfig
 from router.embed import default_embedder
 from router.records import DomainRecord, RoutedDoc
 from router.route import RouteStage
-from tests.hostile.hostile_records import (
+from tests.support.hostile_records import (
     Hostile,
     Shape,
     catalogue,

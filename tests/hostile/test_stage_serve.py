@@ -2,7 +2,7 @@
 
 The domain follower (``worx.domains`` into the server's domain table) and the
 registration follower (``worx.experts`` into hot registration) each get the whole
-catalogue of :mod:`tests.hostile.hostile_records` between good records. Both keep
+catalogue of :mod:`tests.support.hostile_records` between good records. Both keep
 running; the server ends with exactly the table and the experts of a clean run and
 serves the same texts with the same experts; every hostile record is on ``worx.dlq``.
 """
@@ -18,14 +18,14 @@ from experts.serving import ExpertServer
 from experts.store import ExpertStore
 from router.embed import default_embedder
 from router.gate import Gate
-from tests.experts.conftest import (  # noqa: F401 - fixtures
+from tests.support.experts import (  # noqa: F401 - fixtures
     domain_record,
     domain_texts,
     gpt2_trunk,
     make_domain_expert,
     trunk_dirs,
 )
-from tests.hostile.hostile_records import (
+from tests.support.hostile_records import (
     Hostile,
     Shape,
     catalogue,

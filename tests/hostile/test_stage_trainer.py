@@ -1,6 +1,6 @@
 """The trainer's job consumer under hostile ``worx.train`` records, on the real broker.
 
-The hostile catalogue of :mod:`tests.hostile.hostile_records` (plus a job naming another
+The hostile catalogue of :mod:`tests.support.hostile_records` (plus a job naming another
 topic than ``<prefix>.docs``) arrives around one good job. The worker dead-letters every
 hostile job with its reason, trains the good one into exactly the expert a clean worker
 trains from it (same sha256), and skips the changed duplicate of the good job (a job id
@@ -16,7 +16,7 @@ import pytest
 
 from experts.records import ExpertRegistration
 from experts.store import ExpertStore
-from tests.hostile.hostile_records import (
+from tests.support.hostile_records import (
     Hostile,
     Shape,
     catalogue,
@@ -26,7 +26,7 @@ from tests.hostile.hostile_records import (
     send,
 )
 from tests.support.kafka import produce_docs, read_records
-from tests.trainer.conftest import corpus_texts, make_job, trunk, trunk_dir  # noqa: F401
+from tests.support.trainer import corpus_texts, make_job, trunk, trunk_dir  # noqa: F401
 from topology.composition.topics import Topics
 from topology.runtimes.train_worker import TrainWorker
 from trainer.config import TrainerConfig

@@ -8,18 +8,9 @@ import time
 from pathlib import Path
 
 from experts.config import ExpertsConfig
-from experts.expert import Expert, ExpertConfig
 from experts.store import WEIGHTS, ExpertRefused, ExpertStore
 from experts.store_housekeeping import WriterLock
-from tests.experts.conftest import randomize
-
-FP = "f" * 64
-
-
-def _expert(seed: int) -> Expert:
-    return randomize(
-        Expert(ExpertConfig(kind="adapter", layers=(0,), rank=2), hidden_size=16), seed=seed
-    )
+from tests.support.experts import FP, tiny_expert
 
 
 def test_leftovers_of_ended_writers_are_removed_live_ones_kept(tmp_path: Path) -> None:
@@ -59,7 +50,7 @@ def test_quarantine_keeps_the_newest_within_count_and_age(tmp_path: Path) -> Non
     root = tmp_path / "store"
     store = ExpertStore(root, FP, quarantine_keep=2, quarantine_max_age_s=86400)
     for i in range(4):
-        store.put(f"e{i}", _expert(i), "d", [1.0, 0.0])
+        store.put(f"e{i}", tiny_expert(i), "d", [1.0, 0.0])
         (root / f"e{i}" / WEIGHTS).write_bytes(b"\0" * 9)
         try:
             store.get(f"e{i}")

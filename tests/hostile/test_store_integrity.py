@@ -20,7 +20,7 @@ from experts.serving import ExpertServer
 from experts.store import MANIFEST, WEIGHTS, ExpertRefused, ExpertStore
 from experts.trunk import load_trunk
 from router.gate import Gate
-from tests.experts.conftest import randomize, trunk_dirs  # noqa: F401 - a shared fixture
+from tests.support.experts import randomize, trunk_dirs  # noqa: F401 - a shared fixture
 
 FP = "f" * 64
 CENTROID = [0.6, 0.8]

@@ -11,7 +11,7 @@ import pytest
 from experts.expert import Expert, ExpertConfig
 from experts.store import ExpertStore
 from experts.table import ExpertTable
-from tests.experts.conftest import randomize
+from tests.support.experts import randomize
 from worx.records import RecordError
 
 

@@ -15,7 +15,7 @@ import pytest
 from ingest.config import IngestConfig
 from ingest.files import FileIngestor
 from ingest.records import DeadLetter, Doc
-from tests.ingest.ingest_testdata import BAD_LINES, MIXED_CONFIG, write_mixed_file
+from tests.support.ingest_testdata import BAD_LINES, MIXED_CONFIG, write_mixed_file
 from topology.runtimes.publisher import publisher
 
 pytestmark = pytest.mark.broker

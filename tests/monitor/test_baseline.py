@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 from monitor.baseline import RUN, DenseBaseline
-from tests.monitor.smallrun import DENSE, EXPERT_DOMAINS, SmallRun
+from tests.support.smallrun import DENSE, EXPERT_DOMAINS, SmallRun
 
 
 def test_same_domains_same_order_and_replay_is_a_no_op(small_run: SmallRun) -> None:

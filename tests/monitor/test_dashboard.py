@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -16,20 +15,10 @@ from monitor.figures import build_state
 from monitor.live import LiveState
 from monitor.records import EvalRow
 from monitor.server import DashboardServer
-from tests.monitor.smallrun import ALL_DOMAINS, SmallRun
+from tests.support.browser import CHROMIUM, FLAGS
+from tests.support.smallrun import ALL_DOMAINS, SmallRun
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or (
-    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
-)
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def live_state() -> LiveState:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.monitor.smallrun import ALL_DOMAINS, EXPERT_DOMAINS, SmallRun, corpus_docs, train_expert
+from tests.support.smallrun import ALL_DOMAINS, EXPERT_DOMAINS, SmallRun, corpus_docs, train_expert
 
 
 def test_three_experts_full_matrix_and_zero_weight_forgetting(small_run: SmallRun) -> None:

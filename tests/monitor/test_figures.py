@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -12,33 +11,9 @@ from rich.console import Console
 from monitor.figures import build_state
 from monitor.history import MatrixHistory
 from monitor.prom import make_registry
-from monitor.records import EvalRow
 from monitor.report import write_report
 from monitor.table import render
-
-
-def row(run: str, step: int, loss: dict[str, float], arrived: str | None = None) -> EvalRow:
-    return EvalRow(
-        run=run,
-        step=step,
-        expert_ids=[],
-        loss=loss,
-        perplexity={d: math.exp(v) for d, v in loss.items()},
-        arrived_expert=f"{arrived}-e" if arrived else None,
-        arrived_domain=arrived,
-    )
-
-
-def history_with_gaps(root: Path) -> MatrixHistory:
-    h = MatrixHistory(root)
-    # "b" appears only at step 2 in the baseline (no back-fill there); "c" never gets an expert
-    h.append(row("ours", 0, {"a": 3.0, "b": 3.0, "c": 3.0}))
-    h.append(row("ours", 1, {"a": 2.0, "b": 3.0, "c": 3.1}, "a"))
-    h.append(row("ours", 2, {"a": 2.0, "b": 1.5, "c": 3.1}, "b"))
-    h.append(row("dense_baseline", 0, {"a": 3.0, "c": 3.0}))
-    h.append(row("dense_baseline", 1, {"a": 1.8, "c": 2.9}, "a"))
-    h.append(row("dense_baseline", 2, {"a": 2.6, "b": 1.4, "c": 3.2}, "b"))
-    return h
+from tests.support.histories import eval_row, history_with_gaps
 
 
 def test_state_of_a_history_with_gaps(tmp_path: Path) -> None:
@@ -88,7 +63,7 @@ def test_empty_history_is_handled(tmp_path: Path) -> None:
 def test_history_refuses_a_step_out_of_order(tmp_path: Path) -> None:
     h = MatrixHistory(tmp_path)
     with pytest.raises(ValueError, match="next step is 0"):
-        h.append(row("ours", 1, {"a": 1.0}))
+        h.append(eval_row("ours", 1, {"a": 1.0}))
 
 
 def test_labels_name_the_domains_in_state_and_tables(tmp_path: Path) -> None:

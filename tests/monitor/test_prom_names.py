@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.figures import build_state
 from monitor.prom import make_registry
-from tests.monitor.test_figures import history_with_gaps
+from tests.support.histories import history_with_gaps
 
 
 def test_names_label_the_series_and_are_escaped(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.monitor.smallrun import ALL_DOMAINS, SmallRun
+from tests.support.smallrun import ALL_DOMAINS, SmallRun
 from topology.commands import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

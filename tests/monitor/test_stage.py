@@ -18,8 +18,8 @@ from monitor.live import LiveState
 from monitor.records import EvalRow
 from monitor.stage import MonitorStage
 from router.records import DomainRecord, DriftEvent, TrainJob
-from tests.monitor.smallrun import DENSE, SmallRun, corpus_docs, train_expert
 from tests.support.kafka import leave_mid_join, produce, read_values
+from tests.support.smallrun import DENSE, SmallRun, corpus_docs, train_expert
 from topology.composition.topics import Topics
 from topology.runtimes.range_reader import kafka_fetch
 from topology.runtimes.stage_runner import StageRunner

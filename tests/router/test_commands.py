@@ -15,7 +15,8 @@ import pytest
 from experts.records import ExpertRegistration
 from ingest.records import Doc
 from router.records import DomainRecord, RoutedDoc, TrainJob
-from tests.router.test_kafka_stages import ROOT, TopicReader, _produce
+from tests.support.kafka import TopicReader, publish_with_partitions
+from tests.support.processes import REPO
 from topology.composition.worx_config import WorxConfig
 from topology.faust.app import create_app
 from worx.scenario import Scenario
@@ -41,7 +42,7 @@ def _phased_docs() -> list[Doc]:
 
 def _spawn(command: list[str], env: dict) -> subprocess.Popen:
     return subprocess.Popen(
-        command, cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        command, cwd=REPO, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
     )
 
 
@@ -55,7 +56,7 @@ def _stop(process: subprocess.Popen) -> str:
 def test_route_and_discover_commands_find_both_domains(kafka_conf, topics, tmp_path):
     env = _env(kafka_conf, topics, tmp_path)
     docs = _phased_docs()
-    _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), 0) for d in docs])
+    publish_with_partitions(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), 0) for d in docs])
     cli = [sys.executable, "-m", "topology.commands"]
     route, discover = (_spawn([*cli, command], env) for command in ("route", "discover"))
     jobs = TopicReader(kafka_conf, topics.train, TrainJob)
@@ -75,7 +76,7 @@ def test_route_and_discover_commands_find_both_domains(kafka_conf, topics, tmp_p
     assert (tmp_path / "data" / "discover" / "state.json").exists()
     listing = subprocess.run(
         [*cli, "domains", "--json", "--wait", "2"],
-        cwd=ROOT,
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
@@ -94,12 +95,14 @@ def test_faust_agents_register_and_route(kafka_conf, topics, tmp_path):
 
     env = _env(kafka_conf, topics, tmp_path)
     docs = _phased_docs()
-    _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), i % 2) for i, d in enumerate(docs)])
+    publish_with_partitions(
+        kafka_conf, topics.docs, [(d.doc_id, d.to_json(), i % 2) for i, d in enumerate(docs)]
+    )
     command = [sys.executable, "-m", "topology.commands", "stream", "--agents", "route,discover"]
     stream = subprocess.Popen(
         command,
         cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(ROOT)},
+        env={**env, "PYTHONPATH": str(REPO)},
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -118,8 +121,12 @@ def test_faust_agents_register_and_route(kafka_conf, topics, tmp_path):
             trunk_fingerprint="t",
             centroid=[1.0],
         )
-        _produce(kafka_conf, topics.experts, [(expert.expert_id, expert.to_json(), 0)])
-        _produce(kafka_conf, topics.docs, [(d.doc_id, d.to_json(), 0) for d in docs[:20]])
+        publish_with_partitions(
+            kafka_conf, topics.experts, [(expert.expert_id, expert.to_json(), 0)]
+        )
+        publish_with_partitions(
+            kafka_conf, topics.docs, [(d.doc_id, d.to_json(), 0) for d in docs[:20]]
+        )
         domains.until(lambda rows: any(r.expert_ids == ["e-faust"] for r in rows), timeout=120)
     finally:
         routed.close()

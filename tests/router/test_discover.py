@@ -10,7 +10,7 @@ import pytest
 from router.config import RouterConfig
 from router.discover import DiscoverStage
 from router.records import DomainRecord, RoutedDoc
-from tests.router.helpers import Loop
+from tests.support.route_discover import Loop
 from worx.scenario import Scenario
 from worx.stage import Message
 

@@ -149,7 +149,7 @@ def test_the_gate_decides_the_domain_the_route_stage_decides() -> None:
     from ingest.records import Doc
     from router.embed import default_embedder
     from router.route import RouteStage
-    from tests.experts.conftest import domain_record, domain_texts
+    from tests.support.experts import domain_record, domain_texts
     from worx.stage import Message
 
     embedder = default_embedder()

@@ -7,13 +7,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from ingest.records import Doc
 from router.config import RouterConfig
@@ -21,7 +19,9 @@ from router.embed import default_embedder
 from router.records import DomainRecord, RoutedDoc, TrainJob
 from router.route import RouteStage
 from router.table import DomainTable
-from tests.router.helpers import Loop
+from tests.support.kafka import TopicReader, publish_with_partitions
+from tests.support.processes import REPO
+from tests.support.route_discover import Loop
 from topology.composition.topics import Topics
 from topology.runtimes.stage_runner import StageRunner
 from topology.runtimes.table_follower import TableFollower
@@ -29,48 +29,6 @@ from worx.scenario import Scenario
 from worx.stage import Message
 
 pytestmark = pytest.mark.broker
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class TopicReader:
-    """Reads a topic from the beginning (assign, no group), decoding ``kind`` records."""
-
-    def __init__(self, conf: dict, topic: str, kind: type, partitions: int = 1) -> None:
-        self.kind = kind
-        self.consumer = Consumer(
-            {
-                **conf,
-                "group.id": f"reader-{topic}-{time.monotonic_ns()}",
-                "enable.auto.commit": False,
-            }
-        )
-        self.consumer.assign(
-            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
-        )
-        self.records: list = []
-
-    def until(self, predicate, timeout: float = 90.0) -> list:
-        deadline = time.monotonic() + timeout
-        while not predicate(self.records):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out with {len(self.records)} records")
-            msg = self.consumer.poll(0.5)
-            if msg is not None and not msg.error():
-                self.records.append(self.kind.from_json(msg.value(), strict=False))
-        return self.records
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-def _produce(conf: dict, topic: str, items: list[tuple[str, bytes, int | None]]) -> None:
-    producer = Producer(conf)
-    for key, value, partition in items:
-        if partition is None:
-            producer.produce(topic, value=value, key=key)
-        else:
-            producer.produce(topic, value=value, key=key, partition=partition)
-    assert producer.flush(30) == 0
 
 
 def test_two_route_workers_agree_after_a_domain_is_added(kafka_conf: dict, topics: Topics):
@@ -81,7 +39,7 @@ def test_two_route_workers_agree_after_a_domain_is_added(kafka_conf: dict, topic
     centroid = embedder.embed([d.text for d in legal]).mean(axis=0)
     centroid /= np.linalg.norm(centroid)
     row = DomainRecord("dom-legal", centroid.tolist(), 0.15, 60, 0.4, core_threshold=0.3)
-    _produce(kafka_conf, topics.domains, [(row.domain_id, row.to_json(), None)])
+    publish_with_partitions(kafka_conf, topics.domains, [(row.domain_id, row.to_json(), None)])
 
     workers, followers, threads = [], [], []
     stop = threading.Event()
@@ -115,7 +73,7 @@ def test_two_route_workers_agree_after_a_domain_is_added(kafka_conf: dict, topic
         # keep feeding both partitions until each worker has done part of the work
         while sent < len(docs) and (sent == 0 or min(w.consumed for w in workers) == 0):
             chunk = docs[sent : sent + 40]
-            _produce(
+            publish_with_partitions(
                 kafka_conf,
                 topics.docs,
                 [(d.doc_id, d.to_json(), i % 2) for i, d in enumerate(chunk)],
@@ -156,7 +114,7 @@ def _discover_process(kafka_conf: dict, topics: Topics, snapshot: Path, env: dic
         "25",
     ]
     return subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
 
 
@@ -184,19 +142,19 @@ def test_discover_restart_after_sigkill_loses_nothing_duplicates_nothing(
         **os.environ,
         "WORX_KAFKA__TOPIC_PREFIX": topics.prefix,
         "WORX_ROUTER__JOB_DOCS": "80",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(REPO),
     }
     snapshot = tmp_path / "discover.json"
     jobs = TopicReader(kafka_conf, topics.train, TrainJob)
     half = 260  # past the first domain's job, before the second's
-    _produce(kafka_conf, topics.routed, routed[:half])
+    publish_with_partitions(kafka_conf, topics.routed, routed[:half])
     first = _discover_process(kafka_conf, topics, snapshot, env)
     try:
         jobs.until(lambda records: len(records) >= 1, timeout=120)
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
         assert snapshot.exists()
-        _produce(kafka_conf, topics.routed, routed[half:])
+        publish_with_partitions(kafka_conf, topics.routed, routed[half:])
         second = _discover_process(kafka_conf, topics, snapshot, {**env})
         try:
             jobs.until(lambda records: {r.job_id for r in records} >= expected_jobs, timeout=180)

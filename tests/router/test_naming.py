@@ -9,7 +9,7 @@ import pytest
 from router.config import RouterConfig
 from router.naming import SEPARATOR, display_name
 from router.records import DomainRecord
-from tests.router.helpers import Loop
+from tests.support.route_discover import Loop
 from worx.scenario import Scenario
 
 ORDER = ["legal", "python_code"]

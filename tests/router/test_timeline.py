@@ -13,7 +13,7 @@ from router.discover import DiscoverStage
 from router.records import RoutedDoc
 from router.route import RouteStage
 from router.timeline import Timeline, window
-from tests.router.helpers import Loop
+from tests.support.route_discover import Loop
 from worx.scenario import Scenario
 from worx.stage import Message
 

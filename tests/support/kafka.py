@@ -202,3 +202,48 @@ def leave_mid_join(conf: dict, group: str, topics: list[str], timeout_s: float =
             consumer.poll(0.1)
     finally:
         consumer.close()
+
+
+class TopicReader:
+    """Reads a topic from the beginning (assign, no group), decoding ``kind`` records."""
+
+    def __init__(self, conf: dict, topic: str, kind: type, partitions: int = 1) -> None:
+        self.kind = kind
+        self.consumer = Consumer(
+            {
+                **conf,
+                "group.id": f"reader-{topic}-{time.monotonic_ns()}",
+                "enable.auto.commit": False,
+            }
+        )
+        self.consumer.assign(
+            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+        )
+        self.records: list = []
+
+    def until(self, predicate, timeout: float = 90.0) -> list:
+        deadline = time.monotonic() + timeout
+        while not predicate(self.records):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out with {len(self.records)} records")
+            msg = self.consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                self.records.append(self.kind.from_json(msg.value(), strict=False))
+        return self.records
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def publish_with_partitions(
+    conf: dict, topic: str, items: list[tuple[str, bytes, int | None]]
+) -> None:
+    """Produce ``(key, value, partition)`` items in order (partition None: the partitioner's
+    choice) and wait until every one is delivered."""
+    producer = Producer(conf)
+    for key, value, partition in items:
+        if partition is None:
+            producer.produce(topic, value=value, key=key)
+        else:
+            producer.produce(topic, value=value, key=key, partition=partition)
+    assert producer.flush(30) == 0

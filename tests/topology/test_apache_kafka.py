@@ -84,15 +84,12 @@ def apache_kafka() -> Iterator[str]:
 
 def test_file_ingest_and_connector_on_apache_kafka(apache_kafka, tmp_path):
     import dataclasses
-    import sys
     import threading
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingest"))
     from ingest.config import IngestConfig
     from ingest.files import FileIngestor
     from ingest.records import DeadLetter, Doc
-    from tests.ingest.ingest_testdata import MIXED_CONFIG, write_mixed_file
+    from tests.support.ingest_testdata import MIXED_CONFIG, write_mixed_file
     from tests.support.kafka import drain
     from topology.commands.connect import build_connector
     from topology.composition.kafka_clients import make_producer

@@ -11,7 +11,7 @@ from experts.records import ExpertRegistration
 from router.config import RouterConfig
 from router.discover import DiscoverStage
 from router.records import DomainRecord, RoutedDoc, TrainJob
-from tests.router.test_kafka_stages import TopicReader, _produce
+from tests.support.kafka import TopicReader, publish_with_partitions
 from topology.runtimes.discover_runner import DiscoverRunner
 
 pytestmark = pytest.mark.broker
@@ -71,9 +71,11 @@ def test_registrations_reach_domain_rows_once_and_drift_jobs_branch(kafka_conf, 
         distance_mean=0.2,
         distance_std=0.05,
     )
-    _produce(kafka_conf, topics.domains, [(DOMAIN, row.to_json(), 0)])
+    publish_with_partitions(kafka_conf, topics.domains, [(DOMAIN, row.to_json(), 0)])
     # an expert of a domain this discover does not know waits, and breaks nothing
-    _produce(kafka_conf, topics.experts, [_registration("dom-a-e1"), _registration("x-e1", "x")])
+    publish_with_partitions(
+        kafka_conf, topics.experts, [_registration("dom-a-e1"), _registration("x-e1", "x")]
+    )
     domains = TopicReader(kafka_conf, topics.domains, DomainRecord)
 
     def rows_with(expert_ids: list[str]) -> list[DomainRecord]:
@@ -84,11 +86,11 @@ def test_registrations_reach_domain_rows_once_and_drift_jobs_branch(kafka_conf, 
             domains.until(lambda _: rows_with(["dom-a-e1"]), timeout=60)
         # a restart replays every registration: only the new one changes the row
         with Running(kafka_conf, topics, snapshot) as runner:
-            _produce(kafka_conf, topics.experts, [_registration("dom-a-e2")])
+            publish_with_partitions(kafka_conf, topics.experts, [_registration("dom-a-e2")])
             domains.until(lambda _: rows_with(["dom-a-e1", "dom-a-e2"]), timeout=60)
             # the domain's documents: ordinary at first, then much farther (a drift)
-            _produce(kafka_conf, topics.routed, _routed(0, 60, 0.8, topics))
-            _produce(kafka_conf, topics.routed, _routed(60, 100, 0.5, topics))
+            publish_with_partitions(kafka_conf, topics.routed, _routed(0, 60, 0.8, topics))
+            publish_with_partitions(kafka_conf, topics.routed, _routed(60, 100, 0.5, topics))
             jobs = TopicReader(kafka_conf, topics.train, TrainJob)
             try:
                 jobs.until(lambda records: any(j.reason == "drift" for j in records), timeout=60)

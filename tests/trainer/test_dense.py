@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from experts.trunk import trunk_fingerprint
-from tests.trainer.conftest import corpus_texts
+from tests.support.trainer import corpus_texts
 from trainer.recipes.dense import DenseConfig, load_trainable, perplexity, sequential_dense_finetune
 
 CFG = DenseConfig(

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from tests.support.kafka import produce_docs
-from tests.trainer.conftest import make_job
+from tests.support.trainer import make_job
 from topology.runtimes.range_reader import fetch_job_docs
 from trainer.fetch import JobDataError
 

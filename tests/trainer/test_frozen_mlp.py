@@ -10,7 +10,7 @@ import torch
 from experts.expert import ExpertConfig
 from experts.testing import build_tiny_trunk
 from experts.trunk import load_trunk
-from tests.trainer.conftest import corpus_texts, tensor_hashes
+from tests.support.trainer import corpus_texts, tensor_hashes
 from trainer.config import TrainerConfig
 from trainer.frozen_mlp import frozen_mlp_kernels
 from trainer.recipes.expert import train_expert

@@ -27,10 +27,10 @@ from confluent_kafka import Producer
 from experts.records import ExpertRegistration
 from experts.store import ExpertStore
 from experts.store_open import open_store
-from tests.experts.conftest import randomize
+from tests.support.experts import randomize
 from tests.support.kafka import drain, produce_docs, read_records
 from tests.support.s3 import S3Server
-from tests.trainer.conftest import corpus_texts, make_job
+from tests.support.trainer import corpus_texts, make_job
 from topology.composition.topics import Topics, ensure_topics
 from topology.runtimes.train_worker import TrainWorker
 from trainer.config import TrainerConfig

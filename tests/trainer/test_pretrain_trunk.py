@@ -11,10 +11,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tests.support.trainer import tiny_pretrain_config
 from topology.commands import main as worx_main
 from trainer.pretrain_card import CARD_NAME, REPORT_NAME
 from trainer.pretrain_data import is_heldout, load_corpus
-from trainer.recipes.pretrain_trunk import PretrainConfig, pretrain
+from trainer.recipes.pretrain_trunk import pretrain
 from trainer.recipes.pretrain_trunk import schedule_lr as lr_at
 from worx.bundled import corpus_dir as default_corpus_dir
 from worx.bundled import trunk_dir as default_trunk_dir
@@ -22,33 +23,11 @@ from worx.bundled import trunk_dir as default_trunk_dir
 DOMAINS = {"biomedical", "fiction_austen", "legal", "news", "python_code", "scripture", "tech_docs"}
 
 
-def tiny(out: Path, **overrides) -> PretrainConfig:
-    fields = dict(
-        out_dir=str(out),
-        layers=2,
-        width=32,
-        heads=2,
-        vocab_size=320,
-        context=32,
-        batch_size=8,
-        steps=40,
-        lr=3e-3,
-        warmup_steps=5,
-        max_docs_per_domain=12,
-        eval_tokens=512,
-        threads=1,
-        seed=3,
-        progress=False,
-    )
-    fields.update(overrides)
-    return PretrainConfig(**fields)
-
-
 @pytest.fixture(scope="module")
 def trunk(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("pretrain") / "trunk"
     steps: list[tuple[int, float]] = []
-    report = pretrain(tiny(out), on_step=lambda s, loss: steps.append((s, loss)))
+    report = pretrain(tiny_pretrain_config(out), on_step=lambda s, loss: steps.append((s, loss)))
     assert [s for s, _ in steps] == list(range(1, 41))
     return out, report
 
@@ -100,8 +79,8 @@ def test_card_reports_every_domain_and_the_reproducing_command(trunk: tuple[Path
 
 
 def test_same_seed_same_weights(tmp_path: Path) -> None:
-    a = pretrain(tiny(tmp_path / "a", steps=6))
-    b = pretrain(tiny(tmp_path / "b", steps=6))
+    a = pretrain(tiny_pretrain_config(tmp_path / "a", steps=6))
+    b = pretrain(tiny_pretrain_config(tmp_path / "b", steps=6))
     assert a["final_loss"] == b["final_loss"]
     wa = load_file(tmp_path / "a" / "model.safetensors")
     wb = load_file(tmp_path / "b" / "model.safetensors")
@@ -111,7 +90,9 @@ def test_same_seed_same_weights(tmp_path: Path) -> None:
 
 
 def test_stop_step_and_small_limit_saves_float16(tmp_path: Path) -> None:
-    report = pretrain(tiny(tmp_path / "t", steps=20, stop_step=4, max_weight_bytes=1))
+    report = pretrain(
+        tiny_pretrain_config(tmp_path / "t", steps=20, stop_step=4, max_weight_bytes=1)
+    )
     assert report["steps"] == 4 and report["planned_steps"] == 20
     assert report["stopped_by"] == "stop_step"
     assert "--stop-step 4" in report["reproduce"]
@@ -121,7 +102,7 @@ def test_stop_step_and_small_limit_saves_float16(tmp_path: Path) -> None:
 
 
 def test_time_budget_decays_over_time_and_records_the_step_count(tmp_path: Path) -> None:
-    report = pretrain(tiny(tmp_path / "t", steps=0, minutes=0.01, warmup_steps=2))
+    report = pretrain(tiny_pretrain_config(tmp_path / "t", steps=0, minutes=0.01, warmup_steps=2))
     assert report["schedule"] == "time" and report["stopped_by"] == "time budget"
     assert report["steps"] >= 1 and report["planned_steps"] == report["steps"]
     assert f"--steps {report['steps']} --minutes 0" in report["reproduce"]
@@ -129,7 +110,7 @@ def test_time_budget_decays_over_time_and_records_the_step_count(tmp_path: Path)
 
 
 def test_schedule_warms_up_then_decays_to_the_floor() -> None:
-    cfg = tiny(Path("unused"), steps=100, lr=1e-3, warmup_steps=10)
+    cfg = tiny_pretrain_config(Path("unused"), steps=100, lr=1e-3, warmup_steps=10)
     assert lr_at(0, 100, cfg) == pytest.approx(1e-4)
     assert lr_at(9, 100, cfg) == pytest.approx(1e-3)
     assert lr_at(99, 100, cfg) == pytest.approx(1e-4, rel=0.01)
@@ -143,19 +124,19 @@ def test_refuses_to_clobber_a_directory(tmp_path: Path, trunk: tuple[Path, dict]
     other.mkdir()
     (other / "precious.txt").write_text("keep me")
     with pytest.raises(FileExistsError, match="does not look like a trunk"):
-        pretrain(tiny(other, force=True))
+        pretrain(tiny_pretrain_config(other, force=True))
     assert (other / "precious.txt").read_text() == "keep me"
     with pytest.raises(FileExistsError, match="--force"):
-        pretrain(tiny(trunk[0]))
+        pretrain(tiny_pretrain_config(trunk[0]))
 
 
 def test_bad_settings_and_bad_corpus_say_how_to_fix(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--steps N"):
-        pretrain(tiny(tmp_path / "t", steps=0, minutes=0))
+        pretrain(tiny_pretrain_config(tmp_path / "t", steps=0, minutes=0))
     with pytest.raises(ValueError, match="not divisible"):
-        pretrain(tiny(tmp_path / "t", width=30, heads=4))
+        pretrain(tiny_pretrain_config(tmp_path / "t", width=30, heads=4))
     with pytest.raises(ValueError, match="not in"):
-        pretrain(tiny(tmp_path / "t", train_domains=("klingon",)))
+        pretrain(tiny_pretrain_config(tmp_path / "t", train_domains=("klingon",)))
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     with gzip.open(corpus / "bad.jsonl.gz", "wt") as handle:

@@ -11,7 +11,7 @@ import torch
 from experts.expert import Expert, ExpertConfig
 from experts.mixture import Mixture
 from experts.store import ExpertStore
-from tests.trainer.conftest import corpus_texts, tensor_hashes
+from tests.support.trainer import corpus_texts, tensor_hashes
 from trainer.act_ckpt import checkpointed_blocks
 from trainer.config import TrainerConfig
 from trainer.recipes.expert import TrainingFailed, TrainingInterrupted, train_expert

@@ -9,7 +9,7 @@ import pytest
 
 from experts.expert import ExpertConfig
 from experts.growth import union_config
-from tests.trainer.conftest import corpus_texts, tensor_hashes
+from tests.support.trainer import corpus_texts, tensor_hashes
 from trainer.config import TrainerConfig
 from trainer.recipes.expert import train_expert
 

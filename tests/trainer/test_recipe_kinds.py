@@ -9,7 +9,7 @@ import torch
 
 from experts.expert import Expert, ExpertConfig
 from experts.mixture import Mixture
-from tests.trainer.conftest import corpus_texts, tensor_hashes
+from tests.support.trainer import corpus_texts, tensor_hashes
 from trainer.act_ckpt import checkpointed_blocks
 from trainer.config import TrainerConfig
 from trainer.fused_loss import chunked_sequence_loss, mixture_hidden, output_layer

@@ -21,7 +21,7 @@ from torch.nn.utils import parametrize
 from experts.expert import Expert
 from experts.random_trunk import LlamaShape, is_complete, write_random_llama
 from experts.trunk import TrunkError, load_trunk
-from tests.trainer.conftest import corpus_texts
+from tests.support.trainer import corpus_texts
 from trainer.config import TrainerConfig
 from trainer.expert_setup import expert_config_for
 from trainer.mapped_trunk import load_mapped_trunk, map_stored_weights

@@ -10,7 +10,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from experts.reversible import ReversibleConfig, ReversibleLMHeadModel
 from experts.trunk import load_trunk
-from tests.trainer.test_pretrain_trunk import tiny
+from tests.support.trainer import tiny_pretrain_config
 from topology.commands import main as worx_main
 from trainer.recipes.pretrain_trunk import pretrain
 from trainer.trunk_growth import Growth, GrowthError, grow, grow_depth, grow_width, plan_growth
@@ -146,7 +146,7 @@ def test_the_cli_flag_parses_and_refuses_bad_values(tmp_path: Path, capsys) -> N
 
 def test_the_recipe_grows_deeper_then_wider_without_a_loss_jump(tmp_path: Path) -> None:
     out = tmp_path / "grown"
-    report = pretrain(tiny(out, steps=30, grow_at=("10:3x32", "20:3x64")))
+    report = pretrain(tiny_pretrain_config(out, steps=30, grow_at=("10:3x32", "20:3x64")))
     assert [g["to"] for g in report["growth"]] == [
         {"layers": 3, "width": 32},
         {"layers": 3, "width": 64},
@@ -162,10 +162,10 @@ def test_the_recipe_grows_deeper_then_wider_without_a_loss_jump(tmp_path: Path) 
 
 def test_the_recipe_trains_a_reversible_trunk_that_loads_as_one(tmp_path: Path) -> None:
     out = tmp_path / "reversible"
-    report = pretrain(tiny(out, steps=20, reversible=True, grow_at=("10:4x32",)))
+    report = pretrain(tiny_pretrain_config(out, steps=20, reversible=True, grow_at=("10:4x32",)))
     assert report["architecture"] == "ReversibleLMHeadModel"
     assert report["final_loss"] < report["initial_loss"]
     assert abs(report["growth"][0]["loss_after"] - report["growth"][0]["loss_before"]) <= 1e-4
     assert isinstance(load_trunk(out).model, ReversibleLMHeadModel)
     with pytest.raises(ValueError, match="dropout 0"):
-        tiny(out, reversible=True, dropout=0.1).validate()
+        tiny_pretrain_config(out, reversible=True, dropout=0.1).validate()

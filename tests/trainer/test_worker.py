@@ -8,7 +8,7 @@ from experts.records import ExpertRegistration
 from experts.store import ExpertStore
 from ingest.records import DeadLetter
 from tests.support.kafka import produce_docs, publish, read_records
-from tests.trainer.conftest import corpus_texts, make_job
+from tests.support.trainer import corpus_texts, make_job
 from topology.runtimes.train_worker import TrainWorker
 from trainer.config import TrainerConfig
 from trainer.records import TrainStatus

@@ -12,7 +12,7 @@ from pathlib import Path
 from experts.records import ExpertRegistration
 from experts.store import ExpertStore
 from tests.support.kafka import produce_docs, publish, read_records
-from tests.trainer.conftest import corpus_texts, make_job
+from tests.support.trainer import corpus_texts, make_job
 from trainer.records import TrainStatus
 from trainer.worker import expert_id_for
 

@@ -1,4 +1,5 @@
-"""A small but real run for the monitor tests: tiny trunk, three trained experts, a store.
+"""A small but real run for the monitor tests (and the hostile ones that read a run): tiny
+trunk, three trained experts, a store; the fixtures ``small_run`` and ``run_copy``.
 
 Domains: three get an expert (in this order), one ("news") never does: the trunk serves
 it. All four are rows of the domain table the router routes by (as discover would write).
@@ -9,11 +10,14 @@ held-out ones), so the matrix shows real improvements on the diagonal.
 from __future__ import annotations
 
 import itertools
+import shutil
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from experts.expert import Expert, ExpertConfig
@@ -27,7 +31,7 @@ from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory
 from monitor.routing import GateRouter
 from router.gate import Gate
-from tests.experts.conftest import domain_table
+from tests.support.experts import domain_table
 from trainer.recipes.dense import DenseConfig
 from worx.bundled import read_lines
 
@@ -125,3 +129,30 @@ def build_small_run(root: Path, heldout_docs: int = 6, register: bool = True) ->
             evaluator.on_registration(eid, domain, centroid)
             baseline.step(eid, domain, train_texts[domain])
     return run
+
+
+@pytest.fixture(scope="session")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SmallRun]:
+    """Tiny trunk, three trained experts registered, four domains (one never gets one)."""
+    torch.set_num_threads(1)
+    yield build_small_run(tmp_path_factory.mktemp("small-run"))
+
+
+@pytest.fixture
+def run_copy(small_run: SmallRun, tmp_path: Path) -> SmallRun:
+    """A private copy of the small run's files, reopened by fresh objects (as after a restart)."""
+    from experts.store import ExpertStore
+    from monitor.evaluator import Evaluator
+    from monitor.heldout import HeldoutSets
+    from monitor.history import MatrixHistory
+
+    for part in ("store", "heldout", "monitor"):
+        shutil.copytree(small_run.root / part, tmp_path / part)
+    store = ExpertStore(tmp_path / "store", small_run.trunk.fingerprint)
+    heldout = HeldoutSets(tmp_path / "heldout", capacity=small_run.heldout.capacity, seed=1)
+    history = MatrixHistory(tmp_path / "monitor")
+    evaluator = Evaluator(
+        small_run.trunk, store, heldout, history, small_run.evaluator.router, max_tokens=64
+    )
+    trunk, experts, texts = small_run.trunk, small_run.experts, small_run.train_texts
+    return SmallRun(tmp_path, trunk, store, heldout, history, evaluator, experts, texts)

@@ -1,4 +1,4 @@
-"""Test data and helpers shared by the ingest tests (imported as a plain module)."""
+"""Test data and helpers shared by the ingest tests and the Apache Kafka test."""
 
 from __future__ import annotations
 
