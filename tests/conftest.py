@@ -35,6 +35,16 @@ def topics(kafka_conf: dict, request: pytest.FixtureRequest) -> Topics:
     return Topics(prefix)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the embedded broker (the ``broker`` fixture, or ``kafka_conf`` and
+    ``topics`` above it) is a broker test and a slow one, marked or not: the quick loop
+    (``-m "not slow"``) never starts a broker."""
+    for item in items:
+        if "broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.broker)
+            item.add_marker(pytest.mark.slow)
+
+
 def _live_processes_with(marker: str) -> list[int]:
     """Pids of live (non-zombie) processes whose environment contains ``marker``."""
     found = []

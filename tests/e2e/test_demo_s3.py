@@ -19,8 +19,8 @@ import pytest
 
 from experts.store import MANIFEST, WEIGHTS
 from experts.testing import build_tiny_trunk
-from tests.support.s3 import S3Server
 from tests.support.reduced_loop import NEW_DOMAINS, SMALL_LOOP
+from tests.support.s3 import S3Server
 from worx.scenario import Scenario
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

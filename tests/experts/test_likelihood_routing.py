@@ -60,6 +60,7 @@ def _embedding_decision(server: ExpertServer, text: str):
     return server.gate.decide(vector, server.domains, server.table.by_domain, chars=len(text))
 
 
+@pytest.mark.slow
 def test_short_prompts_the_embedding_rule_misses_get_their_domain(trained) -> None:
     prompts = [doc[:40] for doc in domain_texts("legal", 100, skip=200)]
     vectors = trained.embedder.embed(prompts)
@@ -77,6 +78,7 @@ def test_short_prompts_the_embedding_rule_misses_get_their_domain(trained) -> No
     assert sum(s["domain"] == "python_code" for s in served) <= 1
 
 
+@pytest.mark.slow
 def test_a_prompt_no_expert_explains_stays_on_the_trunk(trained) -> None:
     assert _embedding_decision(trained, JUNK).domain_id is None
     result = trained.score(JUNK)
@@ -86,6 +88,7 @@ def test_a_prompt_no_expert_explains_stays_on_the_trunk(trained) -> None:
     assert min(losses.values()) > result["likelihood"]["trunk_loss"] - 0.25, result
 
 
+@pytest.mark.slow
 def test_a_text_the_route_stage_assigns_is_never_re_ranked(trained) -> None:
     whole = domain_texts("python_code", 1, skip=300)[0]
     vector = trained.embedder.embed([whole])[0]
@@ -94,6 +97,7 @@ def test_a_text_the_route_stage_assigns_is_never_re_ranked(trained) -> None:
     assert result["domain"] == "python_code" and "likelihood" not in result
 
 
+@pytest.mark.slow
 def test_the_monitor_routes_held_out_texts_as_the_server_does(trained) -> None:
     from experts.mixture import Mixture
     from monitor.routing import GateRouter
@@ -112,6 +116,7 @@ def test_the_monitor_routes_held_out_texts_as_the_server_does(trained) -> None:
     assert monitored != gate_alone  # the likelihood step decided some of these
 
 
+@pytest.mark.slow
 def test_off_means_the_gate_alone(trained, monkeypatch) -> None:
     monkeypatch.setattr(trained, "likelihood", None)
     prompt = domain_texts("legal", 1, skip=200)[0][:60]
@@ -145,6 +150,7 @@ def test_tied_candidates_are_mixed_only_when_each_clearly_beats_the_trunk() -> N
     assert weights == {"a1": 0.375, "a2": 0.125, "b1": 0.5}
 
 
+@pytest.mark.slow
 def test_a_novel_prompt_two_experts_explain_alike_gets_their_mix(trained, monkeypatch) -> None:
     """Everything counts as tied here (separation 100), and mixing needs only that each
     expert beats the trunk (mix_margin 0): the prompts the step leaves novel are mixed

@@ -11,6 +11,7 @@ table.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from experts.default_trunk import default_trunk_dir
 from experts.serving import ExpertServer
@@ -23,6 +24,7 @@ from tests.support.experts import domain_table, domain_texts, make_domain_expert
 DOMAINS = ("fiction_austen", "news", "legal", "scripture")  # the demo --quick order
 
 
+@pytest.mark.slow
 def test_trunk_served_domain_keeps_its_routing_and_loss_when_experts_arrive(tmp_path) -> None:
     trunk = load_trunk(default_trunk_dir())
     store = ExpertStore(tmp_path / "store", trunk.fingerprint)

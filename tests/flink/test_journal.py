@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from experts.records import ExpertRegistration
 from ingest.records import Doc
 from router.config import RouterConfig
@@ -29,6 +31,7 @@ def _entries(config: RouterConfig) -> list[dict]:
     return entries
 
 
+@pytest.mark.slow
 def test_snapshot_plus_journal_restores_the_uninterrupted_state():
     config = RouterConfig(job_docs=60)
     entries = _entries(config)

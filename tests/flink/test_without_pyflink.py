@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 ROOT = str(Path(__file__).resolve().parents[2])
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("pyflink") is not None, reason="apache-flink is installed here"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("pyflink") is not None, reason="apache-flink is installed here"
+    ),
+    pytest.mark.slow,  # each test starts `worx` as a process
+]
 
 
 @pytest.mark.parametrize(

@@ -153,6 +153,7 @@ def test_path_tricks_name_nothing(dashboard, path: str) -> None:
     assert answer.status == 404 and b"runs" not in answer.body
 
 
+@pytest.mark.slow
 def test_slow_bodies_and_headers_time_out_and_big_bodies_are_refused(dashboard) -> None:
     runs = dashboard.evaluations.runs
     head = request("POST", "/api/evaluate", b"", {**AUTH, **JSON}, host="localhost")
@@ -202,6 +203,7 @@ def test_malformed_requests_get_400_and_the_dashboard_keeps_answering(dashboard)
     assert state.status == 200 and set(json.loads(state.body)["runs"]) == {"ours", "dense_baseline"}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
 def test_the_page_sends_the_token_from_its_url_fragment(dashboard) -> None:
     """In a real browser: /#token=... renders the dashboard (its polls carry the token),

@@ -177,6 +177,7 @@ def test_a_long_text_under_the_limit_is_cut_before_tokenisation(served, monkeypa
     assert counting.calls and max(counting.calls) <= budget < len(text)
 
 
+@pytest.mark.slow
 def test_a_slow_body_gets_408_and_a_closed_connection(served) -> None:
     head = (
         "POST /score HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n"
@@ -188,6 +189,7 @@ def test_a_slow_body_gets_408_and_a_closed_connection(served) -> None:
     assert answer.closed and answer.elapsed_s >= READ_TIMEOUT_S * 0.9
 
 
+@pytest.mark.slow
 def test_slow_headers_and_silent_connections_are_closed(served) -> None:
     partial = b"POST /score HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "  # never finished
     for data in (b"", partial):
@@ -341,6 +343,7 @@ def _rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+@pytest.mark.slow
 def test_200_concurrent_connections_are_answered_and_memory_stays_bounded(served) -> None:
     """A flood of scoring requests, then of silent connections: every one is answered (200
     or 503 with Retry-After) or closed in bounded time, /health answers meanwhile, and the

@@ -68,6 +68,7 @@ def test_the_source_cluster_credentials_come_from_the_environment(tmp_path: Path
     assert config.kafka.client == {"sasl.username": "main-user"}  # each cluster its own
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_faust_reads_an_encrypted_client_key_with_ssl_key_password(tmp_path: Path) -> None:
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"

@@ -32,6 +32,7 @@ def _wait_for(condition, timeout_s: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_supervisor_logs_rotate_by_size_and_the_child_keeps_writing(tmp_path: Path) -> None:
     go = tmp_path / "go"
     script = (

@@ -19,6 +19,8 @@ import pytest
 from experts.store import ExpertRefused, ExpertStore
 from tests.support.experts import FP, tiny_expert
 
+pytestmark = pytest.mark.slow  # every test starts a process
+
 REPO = Path(__file__).resolve().parents[2]
 
 CHILD = r"""

@@ -8,6 +8,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from experts.expert import Expert, ExpertConfig
 from experts.store import ExpertStore
 from ingest.dead_letters import dead_letter
@@ -30,6 +32,7 @@ def _round_trips(record) -> bool:
     )
 
 
+@pytest.mark.slow
 def test_every_record_route_and_discover_emit_round_trips() -> None:
     loop = Loop(RouterConfig(job_docs=80))
     routed: list[RoutedDoc] = []

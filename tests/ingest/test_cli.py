@@ -14,6 +14,8 @@ import pytest
 
 from worx.bundled import corpus_files
 
+pytestmark = pytest.mark.slow  # every test starts a process
+
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = [str(p) for p in corpus_files()]
 WORX = [sys.executable, "-m", "topology.commands"]

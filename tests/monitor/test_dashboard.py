@@ -104,6 +104,7 @@ def test_prometheus_metrics(server: DashboardServer) -> None:
     assert "worx_store_experts 3.0" in text
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)"
 )

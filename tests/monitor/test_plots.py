@@ -247,6 +247,7 @@ def test_the_geometric_check_catches_overlap_and_cut_text() -> None:
         plt.close(fig)
 
 
+@pytest.mark.slow
 def test_the_html_report_tells_each_drift_event(tmp_path: Path) -> None:
     from monitor.report import write_report
 

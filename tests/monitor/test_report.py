@@ -16,6 +16,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
+@pytest.mark.slow
 def test_worx_report_writes_html_pngs_and_json(small_run: SmallRun, tmp_path: Path, capsys) -> None:
     out = tmp_path / "report"
     assert main(["report", "--state-dir", str(small_run.root / "monitor"), "--out", str(out)]) == 0
@@ -61,6 +62,7 @@ def test_help_is_useful(command: str, capsys) -> None:
     assert "--state-dir" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_worx_monitor_serves_the_history_until_sigterm(small_run: SmallRun) -> None:
     import json
     import signal
@@ -124,6 +126,7 @@ def test_monitor_once_evaluate_loads_trunk_and_store(
     assert row.loss == small_run.history.rows("ours")[0].loss  # same trunk, same documents
 
 
+@pytest.mark.slow
 def test_once_and_report_show_the_domain_labels_kept_on_disk(
     small_run: SmallRun, tmp_path: Path, capsys
 ) -> None:

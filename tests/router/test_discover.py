@@ -32,6 +32,7 @@ def phased(scenario: Scenario) -> tuple[Loop, list]:
     return loop, stream
 
 
+@pytest.mark.slow
 def test_each_new_domain_yields_exactly_one_job(phased: tuple[Loop, list]) -> None:
     loop, stream = phased
     rows = {r.domain_id: r for r in loop.discover.table.rows()}
@@ -54,6 +55,7 @@ def test_each_new_domain_yields_exactly_one_job(phased: tuple[Loop, list]) -> No
         assert {offsets[d] for d in job.train_doc_ids} <= covered
 
 
+@pytest.mark.slow
 def test_detection_is_prompt(phased: tuple[Loop, list]) -> None:
     loop, _ = phased
     rows = {r.domain_id: r.label_hint for r in loop.discover.table.rows()}
@@ -63,6 +65,7 @@ def test_detection_is_prompt(phased: tuple[Loop, list]) -> None:
             assert seq - phase_start <= 200
 
 
+@pytest.mark.slow
 def test_stationary_stream_fires_nothing(phased: tuple[Loop, list], scenario: Scenario) -> None:
     loop, _ = phased
     before = len(loop.emits)
@@ -75,6 +78,7 @@ def test_stationary_stream_fires_nothing(phased: tuple[Loop, list], scenario: Sc
     ]  # no new domain
 
 
+@pytest.mark.slow
 def test_replay_is_deterministic_and_snapshot_resumes_exactly(scenario: Scenario) -> None:
     stream = list(scenario.phased(["news", "scripture"], per_domain=150, seed=2))
     config = RouterConfig(job_docs=80)

@@ -61,6 +61,7 @@ def test_similar_texts_are_closer_than_unrelated() -> None:
     assert float(code_a @ code_b) > float(code_a @ prose) + 0.1
 
 
+@pytest.mark.slow
 def test_identical_in_another_process_with_other_hash_seed() -> None:
     """Serve time and stream must agree: no dependence on PYTHONHASHSEED or process state."""
     here = default_embedder().embed(TEXTS)

@@ -60,6 +60,7 @@ def _one_by_one(embedder: HashedTfidfEmbedder, texts: list[str]) -> np.ndarray:
     return np.stack([embedder.embed_one(text) for text in texts])
 
 
+@pytest.mark.slow
 def test_every_bundled_document_embeds_bit_for_bit_as_embed_one(embedder):
     texts = [d.text for docs in Scenario.from_directory().domains.values() for d in docs]
     assert len(texts) > 8000
@@ -114,6 +115,7 @@ def test_whitespace_splits_as_the_regex_does_for_every_code_point():
     assert normalise_texts(HOSTILE, 4000) == [normalise_text(t, 4000) for t in HOSTILE]
 
 
+@pytest.mark.slow
 def test_word_bytes_are_the_regex_s_for_every_code_point():
     every = " ".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
     data = np.frombuffer(every.encode(), dtype=np.uint8)
@@ -146,6 +148,7 @@ def _route_stage(embedder: HashedTfidfEmbedder) -> RouteStage:
     return stage
 
 
+@pytest.mark.slow
 def test_process_batch_gives_what_process_gives_one_by_one(embedder):
     scenario = Scenario.from_directory()
     docs = [Doc(doc_id=d.doc_id, text=d.text, label=d.domain) for d in scenario.mixture(60)]

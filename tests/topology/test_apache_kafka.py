@@ -14,7 +14,7 @@ import pytest
 
 from topology.composition.topics import Topics, ensure_topics
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 IMAGE = "apache/kafka:3.9.0"
 

@@ -4,11 +4,14 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from topology.composition.embedded_broker import EmbeddedBroker
 from topology.composition.kafka_clients import partition_count
 from topology.composition.topics import TOPICS, Topics, ensure_topics
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]  # every test starts a broker
 
 
 def test_embedded_broker_starts_answers_and_stops():

@@ -133,6 +133,7 @@ def test_worx_stream_killed_with_sigkill_then_restarted_loses_nothing(
     assert seen >= total  # duplicates are allowed (at least once), losses are not
 
 
+@pytest.mark.slow
 def test_worx_stream_explains_a_missing_source_topic(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORX_")}
     env["WORX_KAFKA__BOOTSTRAP_SERVERS"] = "127.0.0.1:9"  # never contacted

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test starts a process
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("worx", "ingest", "router", "experts", "trainer", "monitor", "topology", "bench")
 

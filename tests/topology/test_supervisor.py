@@ -1,7 +1,11 @@
 import sys
 
+import pytest
+
 from tests.support.processes import gone as _gone
 from topology.loop.supervisor import ChildSpec, Supervisor
+
+pytestmark = pytest.mark.slow  # every test starts processes
 
 
 def test_crashed_child_is_restarted_alone_and_all_stop(tmp_path):

@@ -5,8 +5,12 @@ import signal
 import sys
 import time
 
+import pytest
+
 from tests.support.processes import gone as _gone
 from topology.loop.supervisor import ChildSpec, Supervisor
+
+pytestmark = pytest.mark.slow  # every test starts processes
 
 # The stage: starts a grandchild in its process group, then on SIGTERM notes it and exits
 # without stopping the grandchild (as a client whose JVM does not follow it at once).

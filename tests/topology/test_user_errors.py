@@ -255,6 +255,7 @@ UNREACHABLE = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from experts.trunk import trunk_fingerprint
@@ -19,6 +20,7 @@ CFG = DenseConfig(
 )
 
 
+@pytest.mark.slow
 def test_sequential_dense_finetune_trains_every_weight_domain_after_domain(trunk_dir):
     fingerprint = trunk_fingerprint(trunk_dir)
     model, tokenizer = load_trainable(trunk_dir)

@@ -32,6 +32,7 @@ def trunk(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return out, report
 
 
+@pytest.mark.slow
 def test_loss_falls_and_trunk_loads_like_any_hf_model(trunk: tuple[Path, dict]) -> None:
     out, report = trunk
     assert report["steps"] == 40 and report["stopped_by"] == "steps"
@@ -61,6 +62,7 @@ def test_loss_falls_and_trunk_loads_like_any_hf_model(trunk: tuple[Path, dict]) 
     assert torch.isfinite(logits).all()
 
 
+@pytest.mark.slow
 def test_card_reports_every_domain_and_the_reproducing_command(trunk: tuple[Path, dict]) -> None:
     out, report = trunk
     assert set(report["heldout"]) == DOMAINS
@@ -119,6 +121,7 @@ def test_schedule_warms_up_then_decays_to_the_floor() -> None:
     assert lr_at(50, 100, cfg, progress=0.0) == pytest.approx(1e-3)
 
 
+@pytest.mark.slow
 def test_refuses_to_clobber_a_directory(tmp_path: Path, trunk: tuple[Path, dict]) -> None:
     other = tmp_path / "notatrunk"
     other.mkdir()
@@ -155,6 +158,7 @@ def test_heldout_split_is_stable_and_covers_every_domain() -> None:
     assert is_heldout("news/ca04/0") == is_heldout("news/ca04/0")
 
 
+@pytest.mark.slow
 def test_worx_trunk_info(trunk: tuple[Path, dict], capsys: pytest.CaptureFixture) -> None:
     out, report = trunk
     assert worx_main(["trunk", "info", str(out), "--json"]) == 0

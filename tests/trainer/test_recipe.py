@@ -36,6 +36,7 @@ def scripture() -> tuple[list[str], list[str]]:
     return corpus_texts("scripture", 40), corpus_texts("scripture", 8, skip=40)
 
 
+@pytest.mark.slow
 def test_a_job_lowers_heldout_perplexity_and_touches_nothing_else(trunk, scripture, tmp_path):
     store = ExpertStore(tmp_path / "store", trunk.fingerprint)
     existing = Expert(ExpertConfig(kind="adapter", layers=(1, 2), rank=4), trunk.hidden_size)
@@ -100,6 +101,7 @@ def test_the_quality_gate_refuses_an_expert_that_does_not_beat_the_mixture(trunk
     assert result.figures["heldout_ppl_after"] >= result.figures["gate_threshold_ppl"]
 
 
+@pytest.mark.slow
 def test_resume_after_interruption_gives_the_same_expert_as_a_straight_run(
     trunk, scripture, tmp_path
 ):

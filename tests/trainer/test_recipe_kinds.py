@@ -124,6 +124,7 @@ def test_every_kind_learns_and_leaves_the_trunk_untouched(trunk, kind) -> None:
     assert tensor_hashes(trunk.model) == before
 
 
+@pytest.mark.slow
 def test_a_new_domain_starts_from_the_existing_expert_that_fits_it_best(trunk) -> None:
     """DEMix: the best-fitting candidate is copied (never modified); a bad one is not taken."""
     train, heldout = corpus_texts("scripture", 40), corpus_texts("scripture", 8, skip=40)

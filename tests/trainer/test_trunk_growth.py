@@ -144,6 +144,7 @@ def test_the_cli_flag_parses_and_refuses_bad_values(tmp_path: Path, capsys) -> N
     assert not (tmp_path / "t").exists()
 
 
+@pytest.mark.slow
 def test_the_recipe_grows_deeper_then_wider_without_a_loss_jump(tmp_path: Path) -> None:
     out = tmp_path / "grown"
     report = pretrain(tiny_pretrain_config(out, steps=30, grow_at=("10:3x32", "20:3x64")))
