@@ -12,7 +12,7 @@ from monitor.figures import build_state
 from monitor.history import MatrixHistory
 from monitor.prom import make_registry
 from monitor.report import write_report
-from monitor.table import render
+from monitor.terminal_tables import render
 from tests.support.histories import eval_row, history_with_gaps
 
 

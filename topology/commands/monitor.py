@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from monitor.table import render
+    from monitor.terminal_tables import render
     from topology.composition.assemble import build_monitor
     from topology.composition.paths import STATE_HINT, existing_dir, monitor_state_dir
     from topology.composition.worx_config import load_config

@@ -1,5 +1,9 @@
 """Faust agents of the stream, one module per stage; each exposes ``register``.
 
+- ``normalise``: the ingest stage, company topic(s) -> Docs on <prefix>.docs;
+- ``route``: the route stage, <prefix>.docs -> <prefix>.routed, following the domain table;
+- ``discover``: the discover stage, <prefix>.routed -> domains, drift events, jobs.
+
 The contract (kept stable: the route and discover agents use it too)::
 
     # topology/faust/agents/<name>.py
