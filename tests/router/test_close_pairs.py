@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from router.config import RouterConfig
-from tests.router.helpers import Loop
+from tests.support.route_discover import Loop
 from worx.scenario import Scenario
+
+pytestmark = pytest.mark.slow  # each test streams hundreds of documents (4-11 s)
 
 PAIRS = [("prose_es", "prose_pt"), ("c_code", "cpp_code")]
 
