@@ -205,6 +205,7 @@ def test_the_ids_cache_gives_the_logits_of_the_whole_sequence(reversible) -> Non
     assert torch.allclose(last.logits[0, -1], whole[0, -1], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_an_expert_trains_on_it_and_the_trunk_stays_bit_identical(reversible) -> None:
     before = {n: t.clone() for n, t in reversible.model.state_dict().items()}
     config = TrainerConfig(

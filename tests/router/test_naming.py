@@ -30,10 +30,12 @@ def _names(docs: list, labelled: bool) -> dict[str, str | None]:
     return {r.domain_id: r.name for r in loop.discover.table.rows()}
 
 
+@pytest.mark.slow
 def test_labelled_stream_names_domains_by_majority_label(stream: list) -> None:
     assert sorted(_names(stream, labelled=True).values()) == sorted(ORDER)
 
 
+@pytest.mark.slow
 def test_unlabelled_stream_names_domains_by_distinct_terms(stream: list) -> None:
     names = list(_names(stream, labelled=False).values())
     assert len(names) == 2, names

@@ -48,6 +48,7 @@ def test_route_carries_when_the_document_entered() -> None:
     assert RoutedDoc.from_dict(old).doc_created_ms == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lag", [0, 160, 200])
 def test_each_domain_is_promoted_when_a_partition_of_routed_lags(lag: int) -> None:
     # two partitions of worx.routed, the second `lag` documents behind: discover consumes
