@@ -42,7 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--baseline", action="store_true", help="also run the dense sequential fine-tune baseline"
     )
     parser.add_argument("--trunk", help="trunk directory (default: the bundled trunk)")
-    parser.add_argument("--corpus", help="labelled corpus directory (default: bundled)")
+    parser.add_argument(
+        "--corpus",
+        help="labelled corpus directory, or the preset 'many' (the trunk's two domains and "
+        "data/corpus_many's 40) (default: bundled)",
+    )
     parser.add_argument("--old-domains", help="comma-separated: the trunk's own domains")
     parser.add_argument("--new-domains", help="comma-separated: the domains to discover")
     parser.add_argument("--per-domain", type=int, help="documents per domain phase")
