@@ -27,6 +27,17 @@ class MonitorConfig:
     group_id: str = ""  # consumer group of the monitor; empty: "<kafka.topic_prefix>-monitor"
     fetch_timeout_s: float = 15.0  # wait this long for a job's held-out documents
     domains_wait_s: float = 30.0  # a registration waits this long for its domain's row
+    # score only held-out documents whose routing or experts changed since their loss was
+    # measured (the others' losses cannot have changed: monitor/loss_cache.py); false:
+    # every document of every domain at every registration (a check; cost grows with N^2)
+    incremental: bool = True
+    # re-verify every expert's weights (disk and memory, the store re-checking its sha256)
+    # every this many registrations (1: at each) and at the first registration this many
+    # seconds after the last full check (0: no time limit); also at start, on demand
+    # (POST /api/evaluate) and at the end of a run. The trunk and the new expert are
+    # checked at every registration.
+    verify_every: int = 10
+    verify_every_s: float = 600.0
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
@@ -38,5 +49,10 @@ class MonitorConfig:
             )
         if self.domains_wait_s < 0:
             raise ValueError(f"monitor.domains_wait_s must be >= 0, got {self.domains_wait_s}")
+        if self.verify_every < 1 or self.verify_every_s < 0:
+            raise ValueError(
+                "monitor.verify_every must be >= 1 (registrations) and monitor.verify_every_s "
+                f">= 0 (seconds; 0: off), got {self.verify_every} and {self.verify_every_s}"
+            )
         if self.baseline_steps < 1 or self.baseline_lr <= 0:
             raise ValueError("monitor.baseline_steps must be >= 1 and monitor.baseline_lr > 0")

@@ -4,10 +4,17 @@ Row ``i`` is the serving mixture after the ``i``-th registration evaluated on ev
 domain's held-out set (row 0: the trunk alone). Each document is routed exactly as the
 server routes it with the experts of that step: its domain by the domain table (the
 ``worx.domains`` the server follows too), then only that domain's experts, or the trunk
-alone (:class:`router.gate.Gate`); its mean token loss is measured. Before evaluating,
-every tensor of the trunk and of every expert of the step is re-hashed, in memory and on
-disk, and the store is asked for each earlier expert again: any change, or a refusal by
-the store, is weight forgetting.
+alone (:class:`router.gate.Gate`); its mean token loss is measured.
+
+Only what a step can change is scored. The trunk is frozen, experts are write-once and
+routing is deterministic, so a document's loss is known once measured under the same
+routing and the same expert bytes (monitor/loss_cache.py): every held-out document is
+routed again at every step (cheap), and scored only when its routing or its experts'
+sha256 is new to it: the new expert's domain, documents the registration (or a change of
+the domain table) moved, documents new in their set. Weights are checked on a schedule
+(monitor/verify.py): the trunk and the new expert at every step, every expert every
+``verify_every`` steps, on demand and at the end of a run; any change found, or a refusal
+by the store, is weight forgetting, and that step is scored afresh.
 
 Experts are write-once, so the mixture of any earlier step can be rebuilt exactly: when a
 domain's held-out set is new or has changed, its whole column is re-evaluated (back-filled)
@@ -18,22 +25,25 @@ is not kept): it answers "what would this step's experts give under today's doma
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, Protocol
 
+from experts.store import ExpertRefused
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory, perplexity
+from monitor.loss_cache import CachedMixture, LossCache, routing_key, text_sha256
 from monitor.metrics import routing_change, summarise
 from monitor.records import EvalRow
 from monitor.routing import experts_from_history
 from monitor.scoring import score_texts
-from monitor.weights import WeightWatch, hash_module, hash_safetensors
+from monitor.store_view import StoreExperts, check_stored
+from monitor.verify import WeightVerifier
 from router.gate import DomainExperts
-from worx.checks import check_id
-from worx.records import RecordError
 
 log = logging.getLogger(__name__)
 
@@ -42,66 +52,6 @@ class Router(Protocol):
     """Routes held-out texts the way the server does: ``{expert_id: weight}`` per text."""
 
     def route(self, texts: list[str], experts: DomainExperts) -> list[dict[str, float]]: ...
-
-
-def check_stored(store: Any, expert_id: str, domain_id: str, sha256: str = "") -> None:
-    """Refuse a registration the store does not back: an unsafe or unknown id, a manifest
-    of another domain or (when given) another sha256. Raises :class:`RecordError`."""
-    check_id("expert_id", expert_id)
-    if expert_id not in store:
-        raise RecordError(
-            f"expert {expert_id} is registered but not in the store at {store.root}",
-            reason="unknown_expert",
-        )
-    try:
-        manifest = store.manifest(expert_id)
-    except Exception as exc:  # noqa: BLE001 - any refusal by the store is the finding
-        raise RecordError(
-            f"expert {expert_id}: the store refuses its manifest ({exc})",
-            reason=str(getattr(exc, "reason", "bad_manifest")),
-        ) from exc
-    if manifest.domain_id != domain_id:
-        raise RecordError(
-            f"expert {expert_id} is registered for domain {domain_id}, its manifest says "
-            f"{manifest.domain_id}",
-            reason="domain_mismatch",
-        )
-    if sha256 and manifest.sha256 != sha256:
-        raise RecordError(
-            f"expert {expert_id}: the registration names sha256 {sha256[:12]}..., the store "
-            f"holds {manifest.sha256[:12]}...",
-            reason="sha256_mismatch",
-        )
-
-
-class StoreExperts(Mapping[str, Any]):
-    """The experts the mixture may serve, by id, each resolved through the store's LRU on
-    lookup: nothing is held here, so loaded experts stay within the store's byte budget
-    (an evicted one is loaded, and verified, again when next used)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self._ids: set[str] = set()
-
-    def add(self, expert_id: str) -> None:
-        self._ids.add(expert_id)
-
-    def discard(self, expert_id: str) -> None:
-        self._ids.discard(expert_id)
-
-    def __getitem__(self, expert_id: str) -> Any:
-        if expert_id not in self._ids:
-            raise KeyError(expert_id)
-        return self.store.get(expert_id)
-
-    def __contains__(self, expert_id: object) -> bool:
-        return expert_id in self._ids
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._ids))
-
-    def __len__(self) -> int:
-        return len(self._ids)
 
 
 class Evaluator:
@@ -116,7 +66,8 @@ class Evaluator:
     heldout, history
         Held-out sets and the history file (both on disk).
     router
-        :class:`Router` (default in production: ``monitor.routing.GateRouter``).
+        :class:`Router` (default in production: ``monitor.routing.GateRouter``; its
+        likelihood step should score with :attr:`likelihood_mixture`, which remembers).
     max_tokens, batch_size
         Tokens scored per document (its first ``max_tokens``), documents per forward.
     backfill
@@ -125,6 +76,13 @@ class Evaluator:
         How long a registration waits for its domain's row in the router's domain table
         (the table is followed on another thread; without the row the expert would be
         evaluated as unreachable, which the server would not do once it has the row).
+    incremental
+        Score only the documents whose (text, routing, experts' sha256) has no measured
+        loss yet (monitor/loss_cache.py); False: every document at every step.
+    verify_every, verify_every_s
+        Every expert's weights are re-verified every ``verify_every`` steps and at the first
+        step ``verify_every_s`` seconds after the last full check (monitor/verify.py);
+        the trunk and each step's new expert are checked at every step.
     """
 
     def __init__(
@@ -138,6 +96,9 @@ class Evaluator:
         batch_size: int = 8,
         backfill: bool = True,
         domains_wait_s: float = 30.0,
+        incremental: bool = True,
+        verify_every: int = 10,
+        verify_every_s: float = 600.0,
     ) -> None:
         from experts.mixture import Mixture
 
@@ -152,7 +113,14 @@ class Evaluator:
         self.domains_wait_s = domains_wait_s
         self.loaded = StoreExperts(store)  # what the mixture serves (inside the LRU budget)
         self.mixture = Mixture(trunk, self.loaded)
-        self.watch = WeightWatch(history.data["tensor_hashes"])
+        self.verifier = WeightVerifier(
+            trunk, store, self.loaded, history.data["tensor_hashes"], verify_every, verify_every_s
+        )
+        self.losses = LossCache(enabled=incremental)  # held-out documents
+        self.head_losses = LossCache(enabled=incremental)  # the likelihood step's heads
+        # what GateRouter.use_likelihood should be given: the mixture, remembering each head
+        self.likelihood_mixture = CachedMixture(self.mixture, self.verifier.shas, self.head_losses)
+        self.docs_scored = 0  # held-out documents scored by this process (cache misses)
         self._lock = threading.RLock()
 
     # --- entry points -----------------------------------------------------------------
@@ -219,13 +187,44 @@ class Evaluator:
         return rows[: steps[0] + 1] if steps else []
 
     def evaluate_now(self) -> list[EvalRow]:
-        """On demand: row 0 if there is none, else re-check and re-evaluate the latest step."""
+        """On demand: row 0 if there is none, else re-check every expert and re-evaluate
+        the latest step."""
         with self._lock:
             rows = self.history.rows("ours")
             if not rows:
                 return self._evaluate(0, [], None)
             last = rows[-1]
-            return self._evaluate(last.step, last.expert_ids, last.arrived_expert, replace=True)
+            return self._evaluate(
+                last.step, last.expert_ids, last.arrived_expert, replace=True, full_check=True
+            )
+
+    def verify_all(self) -> list[str]:
+        """Re-verify the trunk and every expert of the latest step now (the end of a run);
+        problems found are added to that row's ``weight_changes`` (saved, not emitted)."""
+        with self._lock:
+            rows = self.history.rows("ours")
+            if not rows:
+                return []
+            last = rows[-1]
+            problems, checked = self.verifier.step(last.expert_ids, [], full=True)
+            self.history.data["verified"] = {
+                "step": last.step,
+                "experts": checked,
+                "problems": len(problems),
+                "at_ms": int(time.time() * 1000),
+            }
+            if problems:
+                self._forget_losses()
+                merged = sorted(set(last.weight_changes) | set(problems))
+                self.history.replace(dataclasses.replace(last, weight_changes=merged))
+            self.history.save()
+            log.info(
+                "verified the trunk and %d experts of step %d: %d problems",
+                checked,
+                last.step,
+                len(problems),
+            )
+            return problems
 
     def _wait_for_domain(self, expert_id: str, domain_id: str) -> None:
         wait = getattr(self.router, "wait_for_domains", None)
@@ -259,47 +258,66 @@ class Evaluator:
         from the store's cache and loaded again, so the store re-checks its sha256 against
         the manifest; a refusal (the store quarantines the entry) is reported too.
         """
-        current = hash_module("trunk", self.trunk.model)
-        problems: list[str] = []
-        for eid in expert_ids:
-            try:  # first the bytes on disk, before a refusal moves the entry aside
-                path = self.store.weights_path(eid)
-                current.update(hash_safetensors(f"file/{eid}", path))
-            except Exception as exc:
-                problems.append(f"file/{eid}: unreadable ({type(exc).__name__}: {exc})")
-            self.store.evict(eid)
-            try:
-                expert = self.store.get(eid)
-            except Exception as exc:  # the store refusing an expert is the finding itself
-                problems.append(f"store/{eid}: refused ({type(exc).__name__}: {exc})")
-                expert = None
-                self.loaded.discard(eid)  # the server cannot load it either
-            if expert is not None:
-                self.loaded.add(eid)
-                current.update(hash_module(f"expert/{eid}", expert))
-        prefixes = ["trunk"] + [p for e in expert_ids for p in (f"expert/{e}", f"file/{e}")]
-        problems += self.watch.check(current, prefixes)
-        if problems:
-            log.error("WEIGHT FORGETTING: %d problems: %s", len(problems), problems[:5])
-        return sorted(problems)
+        return self.verifier.check(expert_ids)
 
-    def _score_domain(self, domain: str, expert_ids: list[str]) -> dict[str, dict]:
-        docs = self.heldout.docs(domain)
-        texts = [d.text for d in docs]
+    def _forget_losses(self) -> None:
+        """Measured under weights a check has just found changed: nothing kept is trusted."""
+        self.losses.clear()
+        self.head_losses.clear()
+
+    @contextlib.contextmanager
+    def _uncached(self, fresh: bool) -> Iterator[None]:
+        """With ``fresh``: score everything and keep nothing (the weights are not the
+        verified ones)."""
+        saved = self.losses.enabled, self.head_losses.enabled
+        if fresh:
+            self.losses.enabled = self.head_losses.enabled = False
+        try:
+            yield
+        finally:
+            self.losses.enabled, self.head_losses.enabled = saved
+
+    def _score_domains(self, domains: list[str], expert_ids: list[str]) -> dict[str, dict]:
+        """Route every held-out document of ``domains`` as the server would with the step's
+        experts; score those whose loss under that routing is not known yet (one batched
+        pass over all of them). ``{domain: {doc_id: {"loss", "tokens", "routing"}}}``."""
         experts = self._experts(expert_ids)
-        routing = self.router.route(texts, experts) if len(experts) else [{} for _ in texts]
-        scores = score_texts(
-            self.mixture.token_losses,
-            self.trunk.tokenizer,
-            texts,
-            routing,
-            max_tokens=self.max_tokens,
-            batch_size=self.batch_size,
-            device=self.trunk.device,
-        )
+        shas = self.verifier.shas
+        routed: dict[str, tuple[list, dict[str, dict]]] = {}
+        todo: list[tuple[str, Any, dict[str, float], tuple]] = []
+        for domain in domains:
+            docs = self.heldout.docs(domain)
+            texts = [d.text for d in docs]
+            routing = self.router.route(texts, experts) if len(experts) else [{} for _ in texts]
+            known: dict[str, dict] = {}
+            for doc, r in zip(docs, routing, strict=True):
+                key = (doc.doc_id, text_sha256(doc.text), routing_key(r, shas))
+                hit = self.losses.get(key)
+                if hit is None:
+                    todo.append((domain, doc, r, key))
+                else:
+                    known[doc.doc_id] = {"loss": hit[0], "tokens": hit[1], "routing": r}
+            routed[domain] = (docs, known)
+        if todo:
+            scores = score_texts(
+                self.mixture.token_losses,
+                self.trunk.tokenizer,
+                [doc.text for _, doc, _, _ in todo],
+                [r for _, _, r, _ in todo],
+                max_tokens=self.max_tokens,
+                batch_size=self.batch_size,
+                device=self.trunk.device,
+            )
+            for (domain, doc, r, key), loss, n in zip(
+                todo, scores.doc_loss, scores.doc_tokens, strict=True
+            ):
+                routed[domain][1][doc.doc_id] = {"loss": loss, "tokens": n, "routing": r}
+                self.losses.put(key, (loss, n))
+            self.docs_scored += len(todo)
+        # each domain's documents in their held-out order, whatever was scored now
         return {
-            d.doc_id: {"loss": loss, "tokens": n, "routing": r}
-            for d, loss, n, r in zip(docs, scores.doc_loss, scores.doc_tokens, routing, strict=True)
+            domain: {doc.doc_id: known[doc.doc_id] for doc in docs}
+            for domain, (docs, known) in routed.items()
         }
 
     @staticmethod
@@ -310,41 +328,34 @@ class Evaluator:
         return sum(v["loss"] * v["tokens"] for v in detail.values()) / total
 
     def _evaluate(
-        self, step: int, expert_ids: list[str], arrived: str | None, replace: bool = False
+        self,
+        step: int,
+        expert_ids: list[str],
+        arrived: str | None,
+        replace: bool = False,
+        full_check: bool = False,
     ) -> list[EvalRow]:
-        started = time.perf_counter()
-        weight_changes = self.check_weights(expert_ids)
+        started, cpu_started = time.perf_counter(), time.process_time()
+        scored_before = self.docs_scored
+        full = full_check or self.verifier.due()
+        new = [arrived] if arrived else []
+        weight_changes, verified = self.verifier.step(expert_ids, new, full)
+        if weight_changes:
+            self._forget_losses()
+        try:
+            with self._uncached(bool(weight_changes)):
+                measured = self._measure(step, expert_ids, replace)
+        except ExpertRefused as exc:  # an evicted expert failed its reload: check them all
+            log.error("step %d: the store refused an expert while scoring (%s)", step, exc)
+            more, verified = self.verifier.step(expert_ids, [], full=True)
+            weight_changes = sorted(set(weight_changes) | set(more))
+            self._forget_losses()
+            with self._uncached(True):
+                measured = self._measure(step, expert_ids, replace)
+        detail_now, loss, sizes, routing_share, routing_delta, stale, backfilled = measured
         info = self.history.data["experts"]
-        digests = self.history.data["digests"]["ours"]
-        detail_prev = self.history.data["detail"]["ours"]
-        loss: dict[str, float] = {}
-        sizes: dict[str, int] = {}
-        routing_share: dict[str, float] = {}
-        routing_delta: dict[str, float] = {}
-        detail_now: dict[str, dict] = {}
-        stale: list[str] = []
-        for domain in self.heldout.domains():
-            detail = self._score_domain(domain, expert_ids)
-            detail_now[domain] = detail
-            loss[domain] = self._mean(detail)
-            sizes[domain] = len(detail)
-            digest = self.heldout.digest(domain)
-            if digests.get(domain) != digest:
-                stale.append(domain)
-            elif domain in detail_prev and not replace:
-                before = detail_prev[domain]
-                share, delta, _ = routing_change(
-                    {k: v["routing"] for k, v in before.items()},
-                    {k: v["routing"] for k, v in detail.items()},
-                    {k: v["loss"] for k, v in before.items()},
-                    {k: v["loss"] for k, v in detail.items()},
-                )
-                routing_share[domain] = share
-                routing_delta[domain] = delta
-        out: list[EvalRow] = []
-        rows = self.history.rows("ours")
-        if self.backfill and stale:
-            out += self._backfill(rows[:step], stale)
+        for row in backfilled:
+            self.history.replace(row)
         row = EvalRow(
             run="ours",
             step=step,
@@ -358,47 +369,85 @@ class Evaluator:
             arrived_domain=info[arrived]["domain_id"] if arrived else None,
             routing_loss_delta=routing_delta,
             heldout_size=sizes,
+            docs_scored=self.docs_scored - scored_before,
+            experts_verified=verified,
         )
         if replace:
             self.history.replace(row)
         else:
             self.history.append(row)
+        digests = self.history.data["digests"]["ours"]
         for domain in stale:
             digests[domain] = self.heldout.digest(domain)
         self.history.data["detail"]["ours"] = detail_now
-        out = [r for r in out if r.step != step] + [row]
-        out = self._refresh_summaries({r.step for r in out})
+        out = self._refresh_summaries({r.step for r in backfilled} | {step})
+        cpu_s = time.process_time() - cpu_started
+        out = [dataclasses.replace(r, cpu_s=round(cpu_s, 4)) if r.step == step else r for r in out]
+        self.history.replace(out[-1])
         self.history.save()
         log.info(
-            "evaluated step %d (%d experts, %d domains, %d weight changes) in %.1f s",
+            "evaluated step %d (%d experts, %d domains, %d documents scored, %d experts "
+            "verified, %d weight changes) in %.1f s, %.1f CPU s",
             step,
             len(expert_ids),
             len(loss),
+            row.docs_scored,
+            verified,
             len(weight_changes),
             time.perf_counter() - started,
+            cpu_s,
         )
         return out
 
+    def _measure(self, step: int, expert_ids: list[str], replace: bool) -> tuple:
+        """Everything of one step, nothing written: per-document detail, the row's figures,
+        the stale domains and the earlier rows they back-fill."""
+        digests = self.history.data["digests"]["ours"]
+        detail_prev = self.history.data["detail"]["ours"]
+        loss: dict[str, float] = {}
+        sizes: dict[str, int] = {}
+        routing_share: dict[str, float] = {}
+        routing_delta: dict[str, float] = {}
+        stale: list[str] = []
+        detail_now = self._score_domains(self.heldout.domains(), expert_ids)
+        for domain, detail in detail_now.items():
+            loss[domain] = self._mean(detail)
+            sizes[domain] = len(detail)
+            if digests.get(domain) != self.heldout.digest(domain):
+                stale.append(domain)
+            elif domain in detail_prev and not replace:
+                before = detail_prev[domain]
+                share, delta, _ = routing_change(
+                    {k: v["routing"] for k, v in before.items()},
+                    {k: v["routing"] for k, v in detail.items()},
+                    {k: v["loss"] for k, v in before.items()},
+                    {k: v["loss"] for k, v in detail.items()},
+                )
+                routing_share[domain] = share
+                routing_delta[domain] = delta
+        backfilled: list[EvalRow] = []
+        if self.backfill and stale:
+            backfilled = self._backfill(self.history.rows("ours")[:step], stale)
+        return detail_now, loss, sizes, routing_share, routing_delta, stale, backfilled
+
     def _backfill(self, earlier: list[EvalRow], domains: list[str]) -> list[EvalRow]:
-        """Re-evaluate ``domains`` in every earlier row (their held-out set is new/changed)."""
+        """``domains`` re-evaluated in every earlier row (their held-out set is new/changed);
+        the rows are returned, not written."""
         changed: list[EvalRow] = []
         for row in earlier:
             loss = dict(row.loss)
             sizes = dict(row.heldout_size)
-            for domain in domains:
-                detail = self._score_domain(domain, row.expert_ids)
+            for domain, detail in self._score_domains(domains, row.expert_ids).items():
                 loss[domain] = self._mean(detail)
                 sizes[domain] = len(detail)
-            new = EvalRow.from_dict(
-                {
-                    **row.to_dict(),
-                    "loss": loss,
-                    "perplexity": {d: perplexity(v) for d, v in loss.items()},
-                    "heldout_size": sizes,
-                }
+            changed.append(
+                dataclasses.replace(
+                    row,
+                    loss=loss,
+                    perplexity={d: perplexity(v) for d, v in loss.items()},
+                    heldout_size=sizes,
+                )
             )
-            self.history.replace(new)
-            changed.append(new)
         if earlier:
             log.info("back-filled %s over %d earlier steps", domains, len(earlier))
         return changed

@@ -29,6 +29,13 @@ class EvalRow(Record):
     routing_loss_delta: dict[str, float] = field(default_factory=dict)
     heldout_size: dict[str, int] = field(default_factory=dict)  # domain -> documents evaluated
     summary: dict = field(default_factory=dict)  # monitor.metrics.summarise of this step
+    # the monitor's cost of this step: process CPU seconds (time.process_time) of its
+    # evaluation (ours: weight checks, routing, scoring, back-fill, metrics; dense: the
+    # fine-tune and the evaluation), the held-out documents it scored (the others' losses
+    # were known: monitor/loss_cache.py) and the experts whose weights it re-verified
+    cpu_s: float = 0.0
+    docs_scored: int = 0
+    experts_verified: int = 0
 
     def check(self) -> EvalRow:
         check_name("run", self.run)
@@ -43,6 +50,8 @@ class EvalRow(Record):
         for domain, size in self.heldout_size.items():
             check_range(f"heldout_size[{domain}]", size, 0)
         check_range("created_ms", self.created_ms, 0)
+        for name in ("cpu_s", "docs_scored", "experts_verified"):
+            check_range(name, getattr(self, name), 0)
         check_id("arrived_expert", self.arrived_expert, optional=True)
         check_id("arrived_domain", self.arrived_domain, optional=True)
         return self

@@ -38,7 +38,8 @@ class GateRouter:
         The domain table the server routes by (the monitor follows ``worx.domains`` into
         it); a document gets only its own domain's experts, or ``{}``.
     cache_size
-        Embeddings kept by text hash (held-out documents are embedded once, not per step).
+        Embeddings (and, for the likelihood step, token ids of a text's head) kept by text
+        hash: held-out documents are embedded and tokenised once, not per step.
     """
 
     def __init__(
@@ -53,20 +54,21 @@ class GateRouter:
         self.domains = domains if domains is not None else DomainTable()
         self.cache_size = cache_size
         self._cache: dict[str, np.ndarray] = {}
+        self._heads: dict[tuple[str, int], list[int]] = {}  # token ids of a text's head
         self.likelihood: LikelihoodRouter | None = None
-        self._mixture: Mixture | None = None
+        self._mixture: Any = None  # a Mixture, or anything with its token_losses and trunk
         self._tokenizer: Any = None
 
     def use_likelihood(
-        self, likelihood: LikelihoodRouter | None, mixture: Mixture, tokenizer: Any
+        self, likelihood: LikelihoodRouter | None, mixture: Mixture | Any, tokenizer: Any
     ) -> None:
         """Re-rank unsure decisions as the server does, scoring with ``mixture`` (the one the
-        monitor evaluates: its experts resolve to the same stored weights the server's do);
+        monitor evaluates: its experts resolve to the same stored weights the server's do;
+        the evaluator's ``likelihood_mixture`` also remembers every head's losses);
         ``likelihood`` None: the gate's decision alone (the server's step is off)."""
         self.likelihood, self._mixture, self._tokenizer = likelihood, mixture, tokenizer
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        keys = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
+    def _embed(self, texts: list[str], keys: list[str]) -> np.ndarray:
         todo = [i for i, k in enumerate(keys) if k not in self._cache]
         if todo:
             fresh = self.embedder.embed([texts[i] for i in todo])  # (len(todo), dim)
@@ -82,23 +84,36 @@ class GateRouter:
         if not len(experts):
             return [{} for _ in texts]
         chars = [len(t) for t in texts]
-        embeddings = self._embed(texts)  # (N, dim)
+        keys = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
+        embeddings = self._embed(texts, keys)  # (N, dim)
         decisions = self.gate.decide_many(embeddings, self.domains, experts, chars)
         if self.likelihood is not None and self._mixture is not None:
             decisions = [
-                self._rerank(text, embedding, decision, experts)
-                for text, embedding, decision in zip(texts, embeddings, decisions, strict=True)
+                self._rerank(text, key, embedding, decision, experts)
+                for text, key, embedding, decision in zip(
+                    texts, keys, embeddings, decisions, strict=True
+                )
             ]
         return [d.weights for d in decisions]
 
     def _rerank(
-        self, text: str, embedding: np.ndarray, decision: GateDecision, experts: DomainExperts
+        self,
+        text: str,
+        key: str,
+        embedding: np.ndarray,
+        decision: GateDecision,
+        experts: DomainExperts,
     ) -> GateDecision:
         assert self.likelihood is not None and self._mixture is not None
         limit, device = self.likelihood.max_tokens, self._mixture.trunk.device
 
-        def tokens() -> torch.Tensor:  # (1, T), the text's head
-            head = self._tokenizer(text)["input_ids"][:limit]
+        def tokens() -> torch.Tensor:  # (1, T), the text's head (tokenised once per text)
+            head = self._heads.get((key, limit))
+            if head is None:
+                head = self._tokenizer(text)["input_ids"][:limit]
+                if len(self._heads) >= self.cache_size:
+                    self._heads.clear()
+                self._heads[(key, limit)] = head
             return torch.tensor([head], dtype=torch.long, device=device)
 
         chosen, _ = self.likelihood.rerank(

@@ -200,6 +200,11 @@ class MonitorStage:
             raise RuntimeError("this monitor has no trunk/store to evaluate with")
         return self.evaluator.evaluate_now()
 
+    def finish(self) -> list[str]:
+        """The end of a run: re-verify the trunk and every expert once more (the problems
+        found are added to the latest row's ``weight_changes`` in the history)."""
+        return self.evaluator.verify_all() if self.evaluator is not None else []
+
     def store_info(self) -> dict[str, Any]:
         if self.store is None:
             return {}

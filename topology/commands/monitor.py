@@ -173,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
                     runner.run(stop)
                 except KeyboardInterrupt:
                     pass
+            stage.finish()  # every expert's weights verified once more at the end
         finally:
             follower.stop()
     return 0

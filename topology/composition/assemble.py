@@ -183,9 +183,12 @@ def build_monitor(
             section.batch_size,
             section.backfill,
             section.domains_wait_s,
+            section.incremental,
+            section.verify_every,
+            section.verify_every_s,
         )
         # the serving rule's second step too, so the monitor measures what a request gets
-        router.use_likelihood(likelihood_router(e), evaluator.mixture, trunk.tokenizer)
+        router.use_likelihood(likelihood_router(e), evaluator.likelihood_mixture, trunk.tokenizer)
         if section.baseline:
             # the same tokens per step as the expert recipe, so the comparison is like for like
             t = config.trainer
