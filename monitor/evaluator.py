@@ -348,7 +348,8 @@ class Evaluator:
         except ExpertRefused as exc:  # an evicted expert failed its reload: check them all
             log.error("step %d: the store refused an expert while scoring (%s)", step, exc)
             more, verified = self.verifier.step(expert_ids, [], full=True)
-            weight_changes = sorted(set(weight_changes) | set(more))
+            refused = f"store/{exc.expert_id}: refused ({type(exc).__name__}: {exc})"
+            weight_changes = sorted(set(weight_changes) | set(more) | {refused})
             self._forget_losses()
             with self._uncached(True):
                 measured = self._measure(step, expert_ids, replace)

@@ -7,11 +7,13 @@ Layout of ``<root>/history.json``::
      "digests": {"ours": {domain_id: held-out digest the column was computed on}},
      "detail": {"ours": {domain_id: {doc_id: {"loss": float, "routing": {expert: w}}}}},
      "experts": {expert_id: {"domain_id", "centroid", "sha256", "created_ms"}},
-     "tensor_hashes": {"trunk/<name>" | "expert/<id>/<name>": sha256}}
+     "tensor_hashes": {"trunk/<name>" | "expert/<id>/<name>": sha256},
+     "verified": {"step", "experts", "problems", "at_ms"}}
 
 ``detail`` keeps only the latest step's per-document losses and routing (what the next
 step compares against). ``tensor_hashes`` are the hashes first seen for every tensor; any
-later difference is weight forgetting.
+later difference is weight forgetting. ``verified`` is the latest check of every expert
+at the end of a run (:meth:`monitor.evaluator.Evaluator.verify_all`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class MatrixHistory:
             "detail": {run: {} for run in RUNS},
             "experts": {},
             "tensor_hashes": {},
+            "verified": {},
         }
         if self.path.exists():
             body = json.loads(self.path.read_text())
