@@ -8,7 +8,12 @@ on disk (safetensors, atomically replaced), so a restarted monitor continues fro
 Unlike the expert run, earlier rows cannot be back-filled (the dense model of an earlier
 step is gone by construction), so a domain whose held-out set appears later has missing
 (``None``) entries in the baseline's earlier rows.
-"""
+
+Its cost per step is the fine-tune (``baseline_steps`` optimizer steps, whatever the number
+of domains) plus one forward, no backward, over every domain's held-out set: every weight
+changed, so no loss measured before holds and, unlike ours, nothing can be skipped. That
+is D domains x ``heldout_per_domain`` documents x ``max_tokens`` tokens, linear in D per
+step; each row's ``cpu_s`` says what the step cost."""
 
 from __future__ import annotations
 
@@ -111,9 +116,20 @@ class DenseBaseline:
         shutil.rmtree(old, ignore_errors=True)
 
     def _evaluate(
-        self, step: int, expert_ids: list[str], arrived: str | None, domain: str | None
+        self,
+        step: int,
+        expert_ids: list[str],
+        arrived: str | None,
+        domain: str | None,
+        cpu_started: float | None = None,
     ) -> EvalRow:
+        """Every domain's held-out set under the current model (it changed at this step:
+        nothing measured before holds). ``cpu_started``: process_time() when the step began
+        (the fine-tune included in the row's ``cpu_s``)."""
         from trainer.recipes.dense import sequence_losses
+
+        cpu_started = time.process_time() if cpu_started is None else cpu_started
+        docs = 0
 
         model = self._model
 
@@ -135,6 +151,7 @@ class DenseBaseline:
             )
             loss[d] = scores.mean
             sizes[d] = len(texts)
+            docs += len(texts)
         row = EvalRow(
             run=RUN,
             step=step,
@@ -145,6 +162,8 @@ class DenseBaseline:
             arrived_expert=arrived,
             arrived_domain=domain,
             heldout_size=sizes,
+            cpu_s=round(time.process_time() - cpu_started, 4),
+            docs_scored=docs,
         )
         self.history.append(row)
         return row
@@ -165,11 +184,13 @@ class DenseBaseline:
             raise ValueError(
                 f"no training texts for {domain_id!r}: the baseline cannot take this step"
             )
+        cpu_started = time.process_time()
         self._load()
         out: list[EvalRow] = []
         if not rows:
             out.append(self._evaluate(0, [], None, None))
             rows = self.history.rows(RUN)
+            cpu_started = time.process_time()
         step = len(rows)
         saved = self._checkpoint_step()
         if saved.get("step") == step and saved.get("expert_id") == expert_id:
@@ -182,7 +203,9 @@ class DenseBaseline:
             self._model.eval()
             self._save(step, expert_id)
         out.append(
-            self._evaluate(len(rows), rows[-1].expert_ids + [expert_id], expert_id, domain_id)
+            self._evaluate(
+                len(rows), rows[-1].expert_ids + [expert_id], expert_id, domain_id, cpu_started
+            )
         )
         if result is not None:
             log.info(

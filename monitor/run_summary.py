@@ -134,3 +134,24 @@ def expert_counts(
         "spurious_experts": duplicates + unlabelled,
         "old_domain_experts": old,
     }
+
+
+def cpu_per_registration(rows: Sequence[EvalRow], count: int = 10) -> dict[str, object] | None:
+    """The monitor's process CPU seconds per registration (``EvalRow.cpu_s`` of each row an
+    expert's arrival made), for the first and the last ``count`` registrations and their
+    means: flat in N when the evaluation's cost does not grow with the library. None when
+    no row carries a cost (a history written before rows had one)."""
+    steps = sorted((r for r in rows if r.arrived_expert), key=lambda r: r.step)
+    costs = [r.cpu_s for r in steps]
+    if not costs or not any(costs):
+        return None
+    first, last = costs[:count], costs[-count:]
+    first_mean, last_mean = sum(first) / len(first), sum(last) / len(last)
+    return {
+        "registrations": len(costs),
+        "first_ten": first,
+        "last_ten": last,
+        "first_ten_mean": round(first_mean, 4),
+        "last_ten_mean": round(last_mean, 4),
+        "last_over_first": round(last_mean / first_mean, 3) if first_mean > 0 else None,
+    }

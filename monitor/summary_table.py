@@ -40,6 +40,8 @@ SUMMARY_FIGURES: tuple[tuple[str, str, str], ...] = (
     ("baseline_ppl_geomean_final", "final perplexity, geometric mean, dense", "ppl"),
     ("ppl_geomean_final_over_baseline", "ours / dense (lower is better)", "ratio"),
     ("domains_dense_better", "domains where dense ends lower", "list"),
+    ("monitor_cpu_s_per_registration", "monitor CPU per registration, ours", "cpu"),
+    ("baseline_cpu_s_per_registration", "monitor CPU per registration, dense", "cpu"),
 )
 
 
@@ -47,6 +49,9 @@ def format_figure(value: object, kind: str) -> str:
     """A figure rounded for reading: ``477.0`` s -> ``"7 min 57 s"``, 0.6375 -> ``"63.7%"``."""
     if value is None:
         return "-"
+    if kind == "cpu":  # run_summary.cpu_per_registration
+        first, last = value["first_ten_mean"], value["last_ten_mean"]  # type: ignore[index]
+        return f"{first:.2f} s first 10, {last:.2f} s last 10"
     if kind == "list":
         return ", ".join(str(v) for v in value) if value else "none"  # type: ignore[union-attr]
     if isinstance(value, bool):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -36,3 +37,19 @@ def test_the_last_rows_are_compared_domain_by_domain_by_label() -> None:
 def test_without_a_baseline_the_comparison_is_empty() -> None:
     out = run_summary.final_against_baseline([_row("ours", 0, {"a": 9.0})], [], {})
     assert out["domains_dense_better"] is None and out["ppl_geomean_final"] is None
+
+
+def test_monitor_cpu_per_registration_first_and_last_ten() -> None:
+    rows = [_row("ours", 0, {"a": 9.0})] + [
+        dataclasses.replace(_row("ours", i, {"a": 9.0}), arrived_expert=f"e{i}", cpu_s=float(i))
+        for i in range(1, 26)
+    ]
+    out = run_summary.cpu_per_registration(rows)
+    assert out["registrations"] == 25  # row 0 (the trunk alone) is no registration
+    assert out["first_ten"] == [float(i) for i in range(1, 11)]
+    assert out["last_ten"] == [float(i) for i in range(16, 26)]
+    assert out["first_ten_mean"] == 5.5 and out["last_ten_mean"] == 20.5
+    assert out["last_over_first"] == pytest.approx(20.5 / 5.5, abs=1e-3)
+    assert run_summary.cpu_per_registration(rows[:1]) is None
+    old = [dataclasses.replace(r, cpu_s=0.0) for r in rows]  # a history from before cpu_s
+    assert run_summary.cpu_per_registration(old) is None

@@ -76,6 +76,8 @@ def test_figures_are_rounded_for_reading() -> None:
     assert format_figure(240776.91217218246, "ppl") == "240,776.9"
     assert format_figure(0.2787, "ratio") == "0.28x"
     assert format_figure([], "list") == "none" and format_figure(None, "int") == "-"
+    cpu = {"first_ten_mean": 0.812, "last_ten_mean": 0.9349}
+    assert format_figure(cpu, "cpu") == "0.81 s first 10, 0.93 s last 10"
 
 
 def test_the_summary_is_a_table_with_drift_events_explained(tmp_path: Path) -> None:

@@ -207,6 +207,8 @@ def summarise(plan: DemoPlan, labels: dict[str, str], expert_domains: dict[str, 
         ),
         "new_domains": run_summary.new_domain_perplexities(ours, labels, new),
         **run_summary.final_against_baseline(ours, dense, labels),
+        "monitor_cpu_s_per_registration": run_summary.cpu_per_registration(ours),
+        "baseline_cpu_s_per_registration": run_summary.cpu_per_registration(dense),
         "domains_discovered": len(labels),
         "domain_labels": labels,
     }
