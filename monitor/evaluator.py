@@ -37,7 +37,7 @@ from experts.store import ExpertRefused
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory, perplexity
 from monitor.loss_cache import CachedMixture, LossCache, routing_key, text_sha256
-from monitor.metrics import routing_change, summarise
+from monitor.metrics import as_matrix, routing_change, summarise
 from monitor.records import EvalRow
 from monitor.routing import experts_from_history
 from monitor.scoring import score_texts
@@ -121,6 +121,7 @@ class Evaluator:
         # what GateRouter.use_likelihood should be given: the mixture, remembering each head
         self.likelihood_mixture = CachedMixture(self.mixture, self.verifier.shas, self.head_losses)
         self.docs_scored = 0  # held-out documents scored by this process (cache misses)
+        self._gate_views: dict[tuple[str, ...], DomainExperts] = {}
         self._lock = threading.RLock()
 
     # --- entry points -----------------------------------------------------------------
@@ -178,6 +179,7 @@ class Evaluator:
             except BaseException:
                 experts.pop(expert_id, None)  # not evaluated: a redelivery must try again
                 self.loaded.discard(expert_id)
+                self._gate_views.clear()  # views built with it
                 raise
             return out
 
@@ -247,9 +249,17 @@ class Evaluator:
 
     # --- one step ---------------------------------------------------------------------
     def _experts(self, expert_ids: list[str]) -> DomainExperts:
-        """The step's experts the server can load, as the gate sees them."""
-        info = self.history.data["experts"]
-        return experts_from_history(info, [e for e in expert_ids if e in self.loaded])
+        """The step's experts the server can load, as the gate sees them (immutable; kept
+        for the steps a back-fill goes through again)."""
+        ids = tuple(e for e in expert_ids if e in self.loaded)
+        experts = self._gate_views.get(ids)
+        if experts is None:
+            if len(self._gate_views) >= 256:
+                self._gate_views.clear()
+            experts = self._gate_views[ids] = experts_from_history(
+                self.history.data["experts"], ids
+            )
+        return experts
 
     def check_weights(self, expert_ids: list[str]) -> list[str]:
         """Re-hash the trunk and every expert (memory and disk); have the store re-verify each.
@@ -356,7 +366,7 @@ class Evaluator:
         detail_now, loss, sizes, routing_share, routing_delta, stale, backfilled = measured
         info = self.history.data["experts"]
         for row in backfilled:
-            self.history.replace(row)
+            self.history.patch(row, "loss", "perplexity", "heldout_size")
         row = EvalRow(
             run="ours",
             step=step,
@@ -376,7 +386,7 @@ class Evaluator:
         if replace:
             self.history.replace(row)
         else:
-            self.history.append(row)
+            self.history.append(row, save=False)  # saved below, before the rows go out
         digests = self.history.data["digests"]["ours"]
         for domain in stale:
             digests[domain] = self.heldout.digest(domain)
@@ -454,14 +464,14 @@ class Evaluator:
         return changed
 
     def _refresh_summaries(self, steps: set[int]) -> list[EvalRow]:
-        """Recompute every row's metric summary (earlier columns may have been back-filled)."""
+        """Recompute every row's metric summary (earlier columns may have been back-filled,
+        a new column or arrival changes every row's); return the rows of ``steps``."""
         m = self.history.matrix("ours")
-        out: list[EvalRow] = []
-        for row in self.history.rows("ours"):
-            s = summarise(m["loss"], m["arrivals"], row.step)
+        loss = as_matrix(m["loss"])  # (steps, domains), once for every row
+        summaries = []
+        for i in range(loss.shape[0]):
+            s = summarise(loss, m["arrivals"], i)
             s["domains"] = m["domains"]
-            new = EvalRow.from_dict({**row.to_dict(), "summary": s})
-            self.history.replace(new)
-            if row.step in steps:
-                out.append(new)
-        return out
+            summaries.append(s)
+        self.history.set_summaries("ours", summaries)
+        return [r for r in self.history.rows("ours") if r.step in steps]

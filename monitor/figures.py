@@ -73,6 +73,10 @@ def _run_figures(
         "routing_changed": [r.routing_changed for r in rows],
         "routing_loss_delta": [r.routing_loss_delta for r in rows],
         "heldout_size": rows[-1].heldout_size,
+        # per step: the monitor's process CPU seconds, documents scored, experts verified
+        "cpu_s": [r.cpu_s for r in rows],
+        "docs_scored": [r.docs_scored for r in rows],
+        "experts_verified": [r.experts_verified for r in rows],
     }
 
 

@@ -18,6 +18,8 @@ at the end of a run (:meth:`monitor.evaluator.Evaluator.verify_all`).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import logging
 import math
@@ -27,7 +29,7 @@ from typing import Any
 
 from monitor.metrics import summarise
 from monitor.records import EvalRow
-from worx.atomic import atomic_write_json
+from worx.atomic import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,8 @@ class MatrixHistory:
             "tensor_hashes": {},
             "verified": {},
         }
+        # each row dict's EvalRow, parsed (and checked) once: rows() is called at every step
+        self._parsed: dict[int, tuple[dict, EvalRow]] = {}
         if self.path.exists():
             body = json.loads(self.path.read_text())
             if body.get("version") != self.VERSION:
@@ -62,31 +66,69 @@ class MatrixHistory:
                 if isinstance(value, dict) and isinstance(self.data.get(key), dict):
                     self.data[key].update(value)
             for run in RUNS:
-                for row in self.data["runs"][run]:
-                    EvalRow.from_dict(row)  # refuse a corrupt history loudly, at start
+                self.rows(run)  # refuse a corrupt history loudly, at start
 
     def save(self) -> None:
+        """Write the whole history (atomic). Compact JSON: the file grows with steps x
+        domains and is written at every step, and json's C encoder cannot indent."""
         with self._lock:
-            atomic_write_json(self.path, self.data)
+            body = json.dumps(self.data, sort_keys=True, separators=(",", ":"))
+            atomic_write_bytes(self.path, body.encode())
 
     # --- rows -------------------------------------------------------------------------
     def rows(self, run: str = "ours") -> list[EvalRow]:
+        """The run's rows (shared, frozen objects: copy a field before changing it)."""
         with self._lock:
-            return [EvalRow.from_dict(r) for r in self.data["runs"][run]]
+            raw = self.data["runs"][run]
+            out = []
+            for body in raw:
+                hit = self._parsed.get(id(body))
+                if hit is None or hit[0] is not body:
+                    hit = (body, EvalRow.from_dict(body))
+                    self._parsed[id(body)] = hit
+                out.append(hit[1])
+            if len(self._parsed) > 2 * sum(len(r) for r in self.data["runs"].values()) + 64:
+                held = {id(b) for r in self.data["runs"].values() for b in r}
+                self._parsed = {k: v for k, v in self._parsed.items() if k in held}
+            return out
 
-    def append(self, row: EvalRow) -> None:
+    def _put(self, row: EvalRow, body: dict) -> dict:
+        self._parsed[id(body)] = (body, row)
+        return body
+
+    def append(self, row: EvalRow, save: bool = True) -> None:
         """Add the next row of ``row.run`` (its step must be the next one) and save."""
         with self._lock:
             rows = self.data["runs"][row.run]
             if row.step != len(rows):
                 raise ValueError(f"{row.run}: step {row.step} given, the next step is {len(rows)}")
-            rows.append(row.to_dict())
-            self.save()
+            rows.append(self._put(row, row.to_dict()))
+            if save:
+                self.save()
 
     def replace(self, row: EvalRow) -> None:
         """Overwrite an existing row (a back-filled or re-evaluated column)."""
         with self._lock:
-            self.data["runs"][row.run][row.step] = row.to_dict()
+            self.data["runs"][row.run][row.step] = self._put(row, row.to_dict())
+
+    def patch(self, row: EvalRow, *fields: str) -> None:
+        """:meth:`replace` for a row that differs from the stored one only in ``fields``
+        (finite numbers): those are copied in, nothing else is converted again."""
+        with self._lock:
+            raw = self.data["runs"][row.run]
+            body = {**raw[row.step], **{f: copy.deepcopy(getattr(row, f)) for f in fields}}
+            raw[row.step] = self._put(row, body)
+
+    def set_summaries(self, run: str, summaries: list[dict]) -> None:
+        """Give row ``i`` of ``run`` the metric summary ``summaries[i]`` (finite numbers and
+        None only, as :func:`monitor.metrics.summarise` makes them)."""
+        with self._lock:
+            raw, rows = self.data["runs"][run], self.rows(run)
+            if len(summaries) != len(raw):
+                raise ValueError(f"{len(summaries)} summaries for {len(raw)} rows of {run}")
+            for i, (row, summary) in enumerate(zip(rows, summaries, strict=True)):
+                new = dataclasses.replace(row, summary=summary)
+                raw[i] = self._put(new, {**raw[i], "summary": summary})
 
     def reset_run(self, run: str) -> None:
         with self._lock:

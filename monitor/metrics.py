@@ -48,15 +48,23 @@ def as_matrix(loss: MatrixLike) -> np.ndarray:
     ValueError
         Rows of different lengths, a non-2-D input, or a negative / infinite loss.
     """
+    if isinstance(loss, np.ndarray) and loss.dtype == np.float64 and loss.ndim == 2:
+        matrix = loss  # already one (NaN for missing): checked, not copied
+    else:
+        matrix = _to_matrix(loss)
+    finite = matrix[~np.isnan(matrix)]
+    if np.any(np.isinf(finite)) or np.any(finite < 0):
+        raise ValueError("losses must be finite and >= 0 (nats/token)")
+    return matrix
+
+
+def _to_matrix(loss: MatrixLike) -> np.ndarray:
     rows = [list(r) for r in loss]
     if rows and len({len(r) for r in rows}) != 1:
         raise ValueError("loss matrix rows have different lengths; pad missing entries with None")
     matrix = np.array(
         [[math.nan if v is None else float(v) for v in r] for r in rows], dtype=np.float64
     ).reshape(len(rows), len(rows[0]) if rows else 0)  # (steps, domains)
-    finite = matrix[~np.isnan(matrix)]
-    if np.any(np.isinf(finite)) or np.any(finite < 0):
-        raise ValueError("losses must be finite and >= 0 (nats/token)")
     return matrix
 
 

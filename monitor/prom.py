@@ -70,10 +70,22 @@ class WorxCollector(Collector):
         steps = GaugeMetricFamily(
             "worx_eval_steps", "Rows of the evaluation matrix", labels=["run"]
         )
+        cpu = GaugeMetricFamily(
+            "worx_eval_cpu_seconds",
+            "Process CPU seconds the latest step's evaluation took (ours: flat in N)",
+            labels=["run"],
+        )
+        scored = GaugeMetricFamily(
+            "worx_eval_docs_scored",
+            "Held-out documents scored at the latest step (the others' losses were known)",
+            labels=["run"],
+        )
         for run, fig in state["runs"].items():
             if not fig:
                 continue
             steps.add_metric([run], len(fig["steps"]))
+            cpu.add_metric([run], fig["cpu_s"][-1])
+            scored.add_metric([run], fig["docs_scored"][-1])
             last = fig["loss"][-1]
             for j, domain in enumerate(fig["domains"]):
                 if last[j] is not None:
@@ -88,7 +100,7 @@ class WorxCollector(Collector):
             ):
                 if fig[key][-1] is not None:
                     family.add_metric([run], fig[key][-1])
-        yield from (loss, ppl, forg, favg, fmax, bwt, steps)
+        yield from (loss, ppl, forg, favg, fmax, bwt, steps, cpu, scored)
 
         ours = state["runs"].get("ours")
         share = GaugeMetricFamily(

@@ -98,6 +98,8 @@ def test_prometheus_metrics(server: DashboardServer) -> None:
     assert 'worx_forgetting_avg{run="dense_baseline"}' in text
     assert "worx_weight_changes 0.0" in text
     assert "worx_experts 3.0" in text
+    assert 'worx_eval_cpu_seconds{run="ours"}' in text  # the monitor's cost of its latest step
+    assert 'worx_eval_docs_scored{run="dense_baseline"} 24.0' in text  # 4 domains x 6
     assert 'worx_train_progress{domain="news",name="news",state="step"} 0.3' in text
     assert 'worx_dead_letters_total{reason="not_json"} 1.0' in text
     assert 'worx_stream_messages_total{topic="docs"} 120.0' in text
