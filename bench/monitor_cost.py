@@ -1,7 +1,7 @@
 """Benchmark: the monitor's CPU per registration as the library grows (issue 26, item 4).
 
 One run registers ``--domains`` (40) tiny experts one after another, each for a new domain
-of the many-domain corpus, with two evaluators side by side, registration by
+of the 40-domain corpus (data/corpus_many), with two evaluators side by side, registration by
 registration: the incremental one ([monitor] defaults: only documents whose routing or
 experts changed are scored, every expert re-verified every 10 registrations) and the full
 re-score (``incremental = false``, ``verify_every = 1``: what every registration cost
@@ -62,7 +62,7 @@ from router.table import DomainTable  # noqa: E402
 from trainer.recipes.dense import DenseConfig  # noqa: E402
 from worx.bundled import corpus_files, file_domain, read_lines  # noqa: E402
 
-DEFAULT_CORPUS = REPO.parent / "shared" / "corpus_many"
+DEFAULT_CORPUS = REPO / "data" / "corpus_many"  # the 40-domain corpus
 AT = (7, 40)  # the library sizes compared
 
 

@@ -25,22 +25,19 @@ is not kept): it answers "what would this step's experts give under today's doma
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any, Protocol
 
 from experts.store import ExpertRefused
+from monitor.doc_scores import HeldoutScorer, mean_loss
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory, perplexity
-from monitor.loss_cache import CachedMixture, LossCache, routing_key, text_sha256
 from monitor.metrics import as_matrix, routing_change, summarise
 from monitor.records import EvalRow
 from monitor.routing import experts_from_history
-from monitor.scoring import score_texts
 from monitor.store_view import StoreExperts, check_stored
 from monitor.verify import WeightVerifier
 from router.gate import DomainExperts
@@ -116,11 +113,12 @@ class Evaluator:
         self.verifier = WeightVerifier(
             trunk, store, self.loaded, history.data["tensor_hashes"], verify_every, verify_every_s
         )
-        self.losses = LossCache(enabled=incremental)  # held-out documents
-        self.head_losses = LossCache(enabled=incremental)  # the likelihood step's heads
+        self.scorer = HeldoutScorer(
+            trunk, self.mixture, router, heldout, self.verifier.shas, max_tokens, batch_size,
+            incremental,
+        )  # fmt: skip
         # what GateRouter.use_likelihood should be given: the mixture, remembering each head
-        self.likelihood_mixture = CachedMixture(self.mixture, self.verifier.shas, self.head_losses)
-        self.docs_scored = 0  # held-out documents scored by this process (cache misses)
+        self.likelihood_mixture = self.scorer.likelihood_mixture
         self._gate_views: dict[tuple[str, ...], DomainExperts] = {}
         self._lock = threading.RLock()
 
@@ -216,7 +214,7 @@ class Evaluator:
                 "at_ms": int(time.time() * 1000),
             }
             if problems:
-                self._forget_losses()
+                self.scorer.forget()
                 merged = sorted(set(last.weight_changes) | set(problems))
                 self.history.replace(dataclasses.replace(last, weight_changes=merged))
             self.history.save()
@@ -270,73 +268,6 @@ class Evaluator:
         """
         return self.verifier.check(expert_ids)
 
-    def _forget_losses(self) -> None:
-        """Measured under weights a check has just found changed: nothing kept is trusted."""
-        self.losses.clear()
-        self.head_losses.clear()
-
-    @contextlib.contextmanager
-    def _uncached(self, fresh: bool) -> Iterator[None]:
-        """With ``fresh``: score everything and keep nothing (the weights are not the
-        verified ones)."""
-        saved = self.losses.enabled, self.head_losses.enabled
-        if fresh:
-            self.losses.enabled = self.head_losses.enabled = False
-        try:
-            yield
-        finally:
-            self.losses.enabled, self.head_losses.enabled = saved
-
-    def _score_domains(self, domains: list[str], expert_ids: list[str]) -> dict[str, dict]:
-        """Route every held-out document of ``domains`` as the server would with the step's
-        experts; score those whose loss under that routing is not known yet (one batched
-        pass over all of them). ``{domain: {doc_id: {"loss", "tokens", "routing"}}}``."""
-        experts = self._experts(expert_ids)
-        shas = self.verifier.shas
-        routed: dict[str, tuple[list, dict[str, dict]]] = {}
-        todo: list[tuple[str, Any, dict[str, float], tuple]] = []
-        for domain in domains:
-            docs = self.heldout.docs(domain)
-            texts = [d.text for d in docs]
-            routing = self.router.route(texts, experts) if len(experts) else [{} for _ in texts]
-            known: dict[str, dict] = {}
-            for doc, r in zip(docs, routing, strict=True):
-                key = (doc.doc_id, text_sha256(doc.text), routing_key(r, shas))
-                hit = self.losses.get(key)
-                if hit is None:
-                    todo.append((domain, doc, r, key))
-                else:
-                    known[doc.doc_id] = {"loss": hit[0], "tokens": hit[1], "routing": r}
-            routed[domain] = (docs, known)
-        if todo:
-            scores = score_texts(
-                self.mixture.token_losses,
-                self.trunk.tokenizer,
-                [doc.text for _, doc, _, _ in todo],
-                [r for _, _, r, _ in todo],
-                max_tokens=self.max_tokens,
-                batch_size=self.batch_size,
-                device=self.trunk.device,
-            )
-            for (domain, doc, r, key), loss, n in zip(
-                todo, scores.doc_loss, scores.doc_tokens, strict=True
-            ):
-                routed[domain][1][doc.doc_id] = {"loss": loss, "tokens": n, "routing": r}
-                self.losses.put(key, (loss, n))
-            self.docs_scored += len(todo)
-        # each domain's documents in their held-out order, whatever was scored now
-        return {
-            domain: {doc.doc_id: known[doc.doc_id] for doc in docs}
-            for domain, (docs, known) in routed.items()
-        }
-
-    @staticmethod
-    def _mean(detail: dict[str, dict]) -> float:
-        total = sum(v["tokens"] for v in detail.values())
-        if total == 0:
-            raise ValueError("held-out documents too short to score (need >= 2 tokens)")
-        return sum(v["loss"] * v["tokens"] for v in detail.values()) / total
-
     def _evaluate(
         self,
         step: int,
@@ -346,22 +277,22 @@ class Evaluator:
         full_check: bool = False,
     ) -> list[EvalRow]:
         started, cpu_started = time.perf_counter(), time.process_time()
-        scored_before = self.docs_scored
+        scored_before = self.scorer.docs_scored
         full = full_check or self.verifier.due()
         new = [arrived] if arrived else []
         weight_changes, verified = self.verifier.step(expert_ids, new, full)
         if weight_changes:
-            self._forget_losses()
+            self.scorer.forget()
         try:
-            with self._uncached(bool(weight_changes)):
+            with self.scorer.fresh(bool(weight_changes)):
                 measured = self._measure(step, expert_ids, replace)
         except ExpertRefused as exc:  # an evicted expert failed its reload: check them all
             log.error("step %d: the store refused an expert while scoring (%s)", step, exc)
             more, verified = self.verifier.step(expert_ids, [], full=True)
             refused = f"store/{exc.expert_id}: refused ({type(exc).__name__}: {exc})"
             weight_changes = sorted(set(weight_changes) | set(more) | {refused})
-            self._forget_losses()
-            with self._uncached(True):
+            self.scorer.forget()
+            with self.scorer.fresh(True):
                 measured = self._measure(step, expert_ids, replace)
         detail_now, loss, sizes, routing_share, routing_delta, stale, backfilled = measured
         info = self.history.data["experts"]
@@ -380,7 +311,7 @@ class Evaluator:
             arrived_domain=info[arrived]["domain_id"] if arrived else None,
             routing_loss_delta=routing_delta,
             heldout_size=sizes,
-            docs_scored=self.docs_scored - scored_before,
+            docs_scored=self.scorer.docs_scored - scored_before,
             experts_verified=verified,
         )
         if replace:
@@ -420,9 +351,9 @@ class Evaluator:
         routing_share: dict[str, float] = {}
         routing_delta: dict[str, float] = {}
         stale: list[str] = []
-        detail_now = self._score_domains(self.heldout.domains(), expert_ids)
+        detail_now = self.scorer.score(self.heldout.domains(), self._experts(expert_ids))
         for domain, detail in detail_now.items():
-            loss[domain] = self._mean(detail)
+            loss[domain] = mean_loss(detail)
             sizes[domain] = len(detail)
             if digests.get(domain) != self.heldout.digest(domain):
                 stale.append(domain)
@@ -448,8 +379,8 @@ class Evaluator:
         for row in earlier:
             loss = dict(row.loss)
             sizes = dict(row.heldout_size)
-            for domain, detail in self._score_domains(domains, row.expert_ids).items():
-                loss[domain] = self._mean(detail)
+            for domain, detail in self.scorer.score(domains, self._experts(row.expert_ids)).items():
+                loss[domain] = mean_loss(detail)
                 sizes[domain] = len(detail)
             changed.append(
                 dataclasses.replace(

@@ -8,7 +8,7 @@ again only when its key is new: a held-out document that just entered its set, o
 whose routing the registration (or a change of the domain table) changed. Two keys:
 
 * a held-out document: ``(doc_id, sha256(text), routing key)`` -> ``(mean loss, tokens)``
-  (:class:`LossCache`, used by :class:`monitor.evaluator.Evaluator`);
+  (:class:`LossCache`, used by :class:`monitor.doc_scores.HeldoutScorer`);
 * the head of an unsure text scored by the likelihood step for one candidate's experts:
   ``(blake2b(token ids), routing key)`` -> that row's token losses
   (:class:`CachedMixture`, the mixture the router's likelihood step scores with).
