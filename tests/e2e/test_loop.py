@@ -133,6 +133,11 @@ def test_two_new_domains_become_two_experts_with_nothing_forgotten(demo):
         figures = report["new_domains"][label]
         assert figures["ppl_final"] < figures["ppl_trunk"], (label, figures)
     assert report["weight_forgetting"] == 0
+    # the monitor's cost of each registration, and every expert verified again at the end
+    cpu = report["monitor_cpu_s_per_registration"]
+    assert cpu["registrations"] == 2 and all(c > 0 for c in cpu["first_ten"])
+    history = json.loads((demo.run_dir / "monitor" / "history.json").read_text())
+    assert history["verified"]["experts"] == 2 and history["verified"]["problems"] == 0
     assert report["documents"] + report["dead_letters"] == report["documents_fed"]
     assert report["dead_letters"] >= 1  # the malformed lines of the stream
     assert report["routed"] == report["documents"]
