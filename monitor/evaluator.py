@@ -290,6 +290,7 @@ class Evaluator:
             log.error("step %d: the store refused an expert while scoring (%s)", step, exc)
             more, verified = self.verifier.step(expert_ids, [], full=True)
             refused = f"store/{exc.expert_id}: refused ({type(exc).__name__}: {exc})"
+            self.verifier.found(refused)
             weight_changes = sorted(set(weight_changes) | set(more) | {refused})
             self.scorer.forget()
             with self.scorer.fresh(True):

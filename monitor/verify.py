@@ -71,6 +71,9 @@ class WeightVerifier:
         self.shas = ExpertShas(store)
         self.last_full_at: float | None = None  # clock() of the last full check (None: none)
         self.steps_since_full = 0
+        # problems of the last full check and found since: every step reports them until a
+        # full check no longer finds them (an expert gone stays reported, as it stays gone)
+        self.open: list[str] = []
 
     def due(self) -> bool:
         """Whether the next step checks every expert (the first one of a process does)."""
@@ -81,17 +84,25 @@ class WeightVerifier:
     def step(self, expert_ids: list[str], new: Iterable[str], full: bool) -> tuple[list[str], int]:
         """The checks of one step: the trunk, then ``new`` or, when ``full``, every expert.
 
-        Returns the problems found (sorted; empty: no weight forgetting) and how many
-        experts were checked."""
+        Returns the problems (sorted; empty: no weight forgetting): those found now, and
+        after a partial check also those still open from earlier; and how many experts
+        were checked."""
         wanted = set(new)
         checked = list(expert_ids) if full else [e for e in expert_ids if e in wanted]
         problems = self.check(checked)
         if full:
             self.last_full_at = self.clock()
             self.steps_since_full = 0
+            self.open = problems
         else:
             self.steps_since_full += 1
+            self.open = problems = sorted(set(self.open) | set(problems))
         return problems, len(checked)
+
+    def found(self, problem: str) -> None:
+        """A problem found outside a check (a refusal while scoring): open until the next
+        full check."""
+        self.open = sorted(set(self.open) | {problem})
 
     def check(self, expert_ids: list[str]) -> list[str]:
         """Re-hash the trunk (memory) and ``expert_ids`` (disk and memory, each loaded again

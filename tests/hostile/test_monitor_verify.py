@@ -75,6 +75,9 @@ def test_a_tampered_expert_is_found_at_the_next_scheduled_check(
         v for docs in detail.values() for v in docs.values() if "python_code-e1" in v["routing"]
     ]
     assert scheduled.loss["python_code"] > first.loss["python_code"]
+    # the next step checks only its own expert, and still reports what is open
+    after = _register(run_copy, evaluator, 4)
+    assert after.experts_verified == 1 and _found(after, "python_code-e1")
 
 
 def test_a_time_schedule_checks_every_expert_after_verify_every_s(
