@@ -97,7 +97,7 @@ def domain_row(embedder, domain: str, texts: list[str]) -> DomainRecord:
 
 def tiny_expert(trunk: Trunk, seed: int) -> Expert:
     torch.manual_seed(seed)
-    expert = Expert(ExpertConfig(layers=(0, 1), rank=16), trunk.hidden_size)
+    expert = Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=16), trunk.hidden_size)
     with torch.no_grad():
         for param in expert.parameters():
             param.mul_(0.05)
