@@ -16,8 +16,13 @@ import numpy as np
 from experts.store import ExpertStore
 from monitor.evaluator import Evaluator
 from monitor.history import MatrixHistory
-from tests.monitor.conftest import run_copy, small_run  # noqa: F401 - fixtures
-from tests.monitor.smallrun import SmallRun, corpus_docs, train_expert
+from tests.support.smallrun import (  # noqa: F401 - fixtures
+    SmallRun,
+    corpus_docs,
+    run_copy,
+    small_run,
+    train_expert,
+)
 
 CENTROID = np.full(128, 128**-0.5).tolist()
 

@@ -34,8 +34,8 @@ from monitor.records import EvalRow
 from monitor.routing import GateRouter
 from router.gate import Gate
 from router.table import DomainTable
-from tests.experts.conftest import domain_record
-from tests.monitor.smallrun import TrigramEmbedder, corpus_docs, train_expert
+from tests.support.experts import domain_record
+from tests.support.smallrun import TrigramEmbedder, corpus_docs, train_expert
 
 # registration order; "news" never gets an expert (the trunk serves it)
 EXPERTS = ("python_code", "legal", "tech_docs", "scripture", "biomedical", "fiction_austen")
