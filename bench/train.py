@@ -189,7 +189,9 @@ def run_one(name: str, spec: dict) -> dict:
             model.get_input_embeddings().weight.requires_grad_(False)  # tied: the output too
         if run.get("fused_gelu"):
             use_fused_gelu(model)
-        before = perplexity(model, tokenizer, heldout, spec["seq_len"], spec["micro_batch"])
+        before = spec.get("dense_ppl_before")  # the same trunk on the same texts: measured once
+        if before is None or run.get("freeze_embeddings") or run.get("fused_gelu"):
+            before = perplexity(model, tokenizer, heldout, spec["seq_len"], spec["micro_batch"])
         cfg = DenseConfig(
             steps=spec["steps"],
             seq_len=spec["seq_len"],
@@ -392,7 +394,10 @@ def _run_all(names: list[str], spec: dict, work: Path, args, dense_lrs: list[flo
         run("expert", "expert")
     best_lr = None
     if "dense" in names or any(n.startswith("dense_") for n in names):
-        sweep = [run(f"dense_lr{lr:g}", "dense", dense_lr=lr) for lr in dense_lrs]
+        sweep = []
+        for lr in dense_lrs:  # the trunk's perplexity before training: measured by the first
+            before = {"dense_ppl_before": sweep[0]["heldout_ppl_before"]} if sweep else {}
+            sweep.append(run(f"dense_lr{lr:g}", "dense", dense_lr=lr, **before))
         best = min(sweep, key=lambda r: r["heldout_ppl"])
         best_lr = best["lr"]
         runs["dense"] = {
