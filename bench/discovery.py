@@ -237,12 +237,17 @@ def run_stationary(scenario: Scenario, pipe: Pipeline, n: int, seed: int, progre
 
 
 def from_empty_table(
-    stream: list[LabelledDoc], config: RouterConfig, embedder, desc: str, args: tuple
+    stream: list[LabelledDoc],
+    config: RouterConfig,
+    embedder,
+    desc: str,
+    seed: int,
+    progress: bool,
+    interleave: int,
+    lag: int,
 ) -> tuple[Pipeline, list[str], float, float]:
     """Run ``stream`` through a pipeline that starts with no domain; returns the pipeline,
-    the labels and the NMI and purity of each document's nearest final centroid.
-    ``args``: (seed, progress, interleave, lag)."""
-    seed, progress, interleave, lag = args
+    the labels and the NMI and purity of each document's nearest final centroid."""
     pipe = Pipeline(config, embedder, interleave=interleave, lag=lag, seed=seed)
     for doc in tqdm(stream, desc=desc, disable=not progress, mininterval=2):
         pipe.feed(doc)
@@ -266,7 +271,7 @@ def run_from_scratch(
     """A mixture of every domain from an empty table: how many domains it finds."""
     stream = list(scenario.mixture(n, seed=seed + 13))
     pipe, _, nmi, _ = from_empty_table(
-        stream, config, embedder, "mixture from scratch", (seed, progress, interleave, lag)
+        stream, config, embedder, "mixture from scratch", seed, progress, interleave, lag
     )
     hints = [row.label_hint for row in pipe.discover.table.rows()]
     return {
@@ -290,7 +295,7 @@ def run_mixed(
     from the start, some joining later, some fading and coming back) from an empty table."""
     stream = list(scenario.company(n, seed=seed))
     pipe, labels, nmi, purity = from_empty_table(
-        stream, config, embedder, "company mixture", (seed, progress, interleave, lag)
+        stream, config, embedder, "company mixture", seed, progress, interleave, lag
     )
     counts = Counter(labels)
     hints = {row.domain_id: row.label_hint for row in pipe.discover.table.rows()}
@@ -333,12 +338,17 @@ def route_throughput(
     ``batch`` (the plain runner's batch size), as a worker runs it."""
     stage = RouteStage(config, table=table, embedder=embedder)
     docs = [Doc(doc_id=d.doc_id, text=d.text) for d in scenario.mixture(n, seed=99)]
-    msg = Message(b"", topic="bench.docs", partition=0, offset=0)
     start = time.perf_counter()
-    for first in range(0, n, batch):
+    route_in_batches(stage, docs, batch)
+    return n / (time.perf_counter() - start)
+
+
+def route_in_batches(stage: RouteStage, docs: list[Doc], batch: int = 500) -> None:
+    """``stage.process_batch`` over ``docs`` in batches of ``batch``, as a worker calls it."""
+    msg = Message(b"", topic="bench.docs", partition=0, offset=0)
+    for first in range(0, len(docs), batch):
         chunk = docs[first : first + batch]
         stage.process_batch([msg] * len(chunk), chunk)
-    return n / (time.perf_counter() - start)
 
 
 def route_cost_by_table_size(
@@ -354,15 +364,12 @@ def route_cost_by_table_size(
     for row in rows[:small]:
         few.apply(row)
     docs = [Doc(doc_id=d.doc_id, text=d.text) for d in scenario.mixture(1500, seed=98)]
-    msg = Message(b"", topic="bench.docs", partition=0, offset=0)
     runs: dict[int, list[float]] = {len(rows): [], min(small, len(rows)): []}
     for _ in range(repeats):
         for size, held in ((len(rows), table), (min(small, len(rows)), few)):
             stage = RouteStage(config, table=held, embedder=embedder)
             start = time.process_time()
-            for first in range(0, len(docs), 500):
-                chunk = docs[first : first + 500]
-                stage.process_batch([msg] * len(chunk), chunk)
+            route_in_batches(stage, docs)
             runs[size].append(1e6 * (time.process_time() - start) / len(docs))
     out = {f"route_cpu_us_per_doc_n{size}": float(np.median(v)) for size, v in runs.items()}
     out["route_cpu_ratio_n_all_over_n_small"] = (

@@ -153,46 +153,49 @@ class DiscoverStage:
 
     def _cluster(self, now: int) -> list[Emit]:
         """Cluster the buffer; hand groups that belong to known domains back to them, then
-        promote every core that passes the rules (each checked against the table as the
-        promotions before it left it)."""
+        promote every core that passes the rules (after a promotion in this run, each next
+        core is judged against the table as it now is)."""
         out: list[Emit] = []
         candidates = self.clusterer.run()
         items = self.clusterer.items
         groups = [(cand, [items[i]["doc_id"] for i in cand.members]) for cand in candidates]
         gone: set[str] = set()  # doc ids that left the buffer in this run
+        where = _positions(self.clusterer.items)
         for cand, _ in groups:
             for group in [cand, *cand.parts]:
                 ids = [items[i]["doc_id"] for i in group.members]
                 if gone.intersection(ids):
                     continue
-                group = self._at(group, ids)
-                near, sim = self.table.nearest(group.centroid)
-                if near is not None and self._belongs(near, sim, group):
+                group = _at(group, ids, where)
+                near = self._home(group)
+                if near is not None:
                     # a dense part of a known domain (its tail): those documents belong there
                     taken = self.clusterer.remove(group.members)
                     gone.update(ids)
+                    where = _positions(self.clusterer.items)
                     self.clusterer.forget_core(set(ids))
-                    log.debug("group of %d docs joins %s (cosine %.3f)", len(taken), near, sim)
+                    log.debug("group of %d docs joins %s", len(taken), near)
                     for doc in taken:
                         out.extend(self._assigned_quiet(near, doc, now))
+        promoted = False
         for cand, ids in groups:
             if gone.intersection(ids):
                 continue
-            cand = self._at(cand, ids)
-            near, sim = self.table.nearest(cand.centroid)
-            if near is not None and self._belongs(near, sim, cand):
+            cand = _at(cand, ids, where)
+            if promoted and self._home(cand) is not None:
                 continue  # close to a domain promoted in this run: judged again next run
             if self.promotion.promotable(cand, self._arrival_rate, self._claims):
-                before = {item["doc_id"] for item in self.clusterer.items}
+                before = set(where)
                 out.extend(self._promote(cand, now))
-                gone.update(before - {item["doc_id"] for item in self.clusterer.items})
+                where = _positions(self.clusterer.items)
+                gone.update(before - set(where))
+                promoted = True
         return out
 
-    def _at(self, cand: Candidate, ids: list[str]) -> Candidate:
-        """``cand`` with its members at their current buffer positions (``ids`` in order)."""
-        where = {item["doc_id"]: i for i, item in enumerate(self.clusterer.items)}
-        members = [where[d] for d in ids]
-        return cand if members == cand.members else dataclasses.replace(cand, members=members)
+    def _home(self, group: Candidate) -> str | None:
+        """The known domain ``group`` is part of (see :meth:`_belongs`), or None."""
+        near, sim = self.table.nearest(group.centroid)
+        return near if near is not None and self._belongs(near, sim, group) else None
 
     def _claims(self, cand: Candidate, threshold: float) -> int:
         """Buffered documents outside ``cand`` at or above ``threshold`` of its centroid."""
@@ -471,6 +474,17 @@ class DiscoverStage:
         self.novelty.restore(state["novelty"])
         self.clusterer.restore(state["clusterer"])
         self.timeline.restore(state["timeline"])
+
+
+def _positions(items: list[dict]) -> dict[str, int]:
+    """Buffer position of each buffered document, by doc id."""
+    return {item["doc_id"]: i for i, item in enumerate(items)}
+
+
+def _at(cand: Candidate, ids: list[str], where: dict[str, int]) -> Candidate:
+    """``cand`` with its members (``ids``, in order) at their positions ``where`` now."""
+    members = [where[d] for d in ids]
+    return cand if members == cand.members else dataclasses.replace(cand, members=members)
 
 
 def _fields(row: DomainRecord) -> dict[str, Any]:

@@ -68,7 +68,7 @@ class Promotion:
         self,
         cand: Candidate,
         rate: Callable[[Candidate], float],
-        claims: Callable[[Candidate, float], int] | None = None,
+        claims: Callable[[Candidate, float], int],
     ) -> bool:
         """Does ``cand`` pass every rule? ``rate(cand)`` (its arrival rate) and
         ``claims(cand, threshold)`` (buffered documents outside the core that its learned
@@ -89,9 +89,7 @@ class Promotion:
         # too wide, measured: its threshold would take more of the buffer than the core
         # itself holds (a chain of neighbours' first documents, whose own cores would fall
         # inside it); wait until the groups stand apart
-        return not (
-            ratio > 0 and claims is not None and claims(cand, threshold) > ratio * len(cand.members)
-        )
+        return not (ratio > 0 and claims(cand, threshold) > ratio * len(cand.members))
 
     def belongs(
         self, row: DomainRecord, centroid_sim: float, cand: Candidate, member_sims: np.ndarray
