@@ -180,7 +180,11 @@ def run_phased(
     for name in order:
         starts[name] = pos
         pos += min(len(scenario.domains[name]), per_domain)
-    hints = {row.domain_id: row.label_hint for row in pipe.discover.table.rows()}
+    hints = {
+        row.domain_id: row.label_hint
+        for row in pipe.discover.table.rows()
+        if row.status == "active"
+    }
     delays = {}
     for name in order:
         end = starts[name] + min(len(scenario.domains[name]), per_domain)
@@ -273,7 +277,7 @@ def run_from_scratch(
     pipe, _, nmi, _ = from_empty_table(
         stream, config, embedder, "mixture from scratch", seed, progress, interleave, lag
     )
-    hints = [row.label_hint for row in pipe.discover.table.rows()]
+    hints = [row.label_hint for row in pipe.discover.table.rows() if row.status == "active"]
     return {
         "scratch_domains": len(hints),
         "scratch_distinct_labels": len(set(hints)),
@@ -298,13 +302,19 @@ def run_mixed(
         stream, config, embedder, "company mixture", seed, progress, interleave, lag
     )
     counts = Counter(labels)
-    hints = {row.domain_id: row.label_hint for row in pipe.discover.table.rows()}
+    hints = {
+        row.domain_id: row.label_hint
+        for row in pipe.discover.table.rows()
+        if row.status == "active"
+    }
     promoted_at: dict[str, int] = {}  # label -> position of its first domain's promotion
     spurious = 0
     for seq, ev in pipe.events:
         if ev.detector != "promotion":
             continue
         label = hints.get(ev.domain_id)
+        if label is None:
+            continue  # a domain retired since
         if label in promoted_at:
             spurious += 1
         else:
@@ -359,7 +369,7 @@ def route_cost_by_table_size(
     Medians of ``repeats`` alternating runs of ``process_batch`` (process CPU time)."""
     from router.table import DomainTable
 
-    rows = table.rows()
+    rows = [row for row in table.rows() if row.status == "active"]
     few = DomainTable(dim=embedder.dim)
     for row in rows[:small]:
         few.apply(row)

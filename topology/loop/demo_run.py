@@ -150,8 +150,9 @@ def run_demo(
                 console.print("[yellow]interrupted: stopping every stage[/]")
                 finished, interrupted = False, True
             with loop.watcher.lock:
-                labels = {d: r.label_hint or "?" for d, r in loop.watcher.state.domains.items()}
-                names = {d: display_name(r) for d, r in loop.watcher.state.domains.items()}
+                rows = {d: r for d, r in loop.watcher.state.domains.items() if r.status == "active"}
+                labels = {d: r.label_hint or "?" for d, r in rows.items()}
+                names = {d: display_name(r) for d, r in rows.items()}
                 drift = (
                     list(loop.watcher.state.drift_events),
                     list(loop.watcher.state.jobs.values()),
