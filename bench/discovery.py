@@ -235,9 +235,37 @@ def run_stationary(scenario: Scenario, pipe: Pipeline, n: int, seed: int, progre
         "spurious_domains_stationary": sum(1 for ev in events if ev.detector == "promotion"),
         "false_drift_stationary": sum(1 for ev in events if ev.detector != "promotion"),
         "jobs_stationary": len(pipe.jobs) - first_job,
+        "jobs_stationary_detail": stationary_jobs(pipe, first_job, first_event),
         "stationary_docs": n,
         "novel_rate_stationary": online.count("novel") / max(1, n),
     }
+
+
+def stationary_jobs(pipe: Pipeline, first_job: int, first_event: int) -> list[dict]:
+    """What each job of the stationary stream was: its reason, its domain's majority
+    label, whether that domain was promoted before the stationary stream began, and
+    whether its label already had an older domain (then it is a second mode's job)."""
+    hints = {row.domain_id: row.label_hint for row in pipe.discover.table.rows()}
+    promoted = [
+        (k, ev.domain_id) for k, (_, ev) in enumerate(pipe.events) if ev.detector == "promotion"
+    ]
+    order = {domain_id: k for k, domain_id in promoted}
+    first_of_label: dict[str | None, int] = {}
+    for k, domain_id in promoted:
+        first_of_label.setdefault(hints.get(domain_id), k)
+    detail = []
+    for _, job in pipe.jobs[first_job:]:
+        at = order.get(job.domain_id, -1)
+        label = hints.get(job.domain_id)
+        detail.append(
+            {
+                "reason": job.reason,
+                "label": label,
+                "domain_promoted": "before" if at < first_event else "during",
+                "second_domain_of_label": at > first_of_label.get(label, at),
+            }
+        )
+    return detail
 
 
 def from_empty_table(

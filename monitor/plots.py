@@ -31,6 +31,11 @@ OUTCOME_COLOURS = {  # a training span's colour: how the job ended
 }
 RUNNING = "#2563eb"
 CAPTION_PT = 8
+# beyond this many domains a heatmap cell is too small for its number: cells show colour
+# only (their numbers are in the report's tables and figures.json), panels stack, and
+# the perplexity figure's legend takes columns
+COMPACT_DOMAINS = 14
+CELL_IN = 0.24  # a compact heatmap cell, inches (a 7-point label per row and column fits)
 
 
 def _style(ax: Any, title: str) -> None:
@@ -61,18 +66,24 @@ def _delta(run: dict[str, Any]) -> list[list[float]]:
     return [[math.nan if v is None else v for v in row] for row in run["forgetting_matrix"]]
 
 
-def _heatmap(fig: Figure, ax: Any, run: dict[str, Any], title: str, span: float) -> None:
+def _heatmap(
+    fig: Figure, ax: Any, run: dict[str, Any], title: str, span: float, compact: bool
+) -> None:
     delta = _delta(run)
     image = ax.imshow(
         delta, cmap="RdYlGn_r", norm=TwoSlopeNorm(vcenter=0.0, vmin=-span, vmax=span), aspect="auto"
     )
     names = run.get("domain_names", run["domains"])
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    if compact:
+        ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+    else:
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
     ax.set_yticks(
         range(len(run["steps"])),
         [f"{s}  {lab}" for s, lab in zip(run["steps"], run["step_labels"], strict=True)],
+        fontsize=7 if compact else None,
     )
-    for i, row in enumerate(run["perplexity"]):
+    for i, row in enumerate([] if compact else run["perplexity"]):
         for j, ppl in enumerate(row):
             if ppl is not None:
                 strong = not math.isnan(delta[i][j]) and abs(delta[i][j]) > 0.6 * span
@@ -84,7 +95,7 @@ def _heatmap(fig: Figure, ax: Any, run: dict[str, Any], title: str, span: float)
         if arrived is not None:
             ax.add_patch(plt.Rectangle((j - 0.5, arrived - 0.5), 1, 1, fill=False, lw=2, ec=INK))
     ax.set_title(title, loc="left", fontsize=12, fontweight="bold", color=INK, pad=10)
-    ax.tick_params(colors=MUTED, labelsize=9, length=0)
+    ax.tick_params(colors=MUTED, labelsize=7 if compact else 9, length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
     bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
@@ -96,13 +107,14 @@ def heatmap_figure(state: dict[str, Any]) -> Figure:
     runs = [(k, v) for k, v in state["runs"].items() if v]
     rows = max(len(v["steps"]) for _, v in runs)
     cols = max(len(v["domains"]) for _, v in runs)
-    fig, axes = plt.subplots(
-        1,
-        len(runs),
-        figsize=(max(6.0, 0.65 * cols + 2.6) * len(runs), 0.5 * rows + 3.0),
-        layout="constrained",
-        squeeze=False,
-    )
+    compact = cols > COMPACT_DOMAINS
+    if compact:  # one panel under the other, colour only (see COMPACT_DOMAINS)
+        size = (CELL_IN * cols + 4.5, (CELL_IN * rows + 2.4) * len(runs) + 1.0)
+        fig, axes = plt.subplots(len(runs), 1, figsize=size, layout="constrained", squeeze=False)
+        axes = [[row[0] for row in axes]]
+    else:
+        size = (max(6.0, 0.65 * cols + 2.6) * len(runs), 0.5 * rows + 3.0)
+        fig, axes = plt.subplots(1, len(runs), figsize=size, layout="constrained", squeeze=False)
     titles = {
         "ours": "Experts (ours): held-out perplexity per step",
         "dense_baseline": "Dense fine-tuning (baseline)",
@@ -113,12 +125,17 @@ def heatmap_figure(state: dict[str, Any]) -> Figure:
         + [1e-6]
     )
     for ax, (key, run) in zip(axes[0], runs, strict=True):
-        _heatmap(fig, ax, run, titles.get(key, key), span)
+        _heatmap(fig, ax, run, titles.get(key, key), span, compact)
+    cell = (
+        "Cell: the column's domain after the row's step (perplexities: figures.json)."
+        if compact
+        else "Cell: held-out perplexity of the column's domain after the row's step."
+    )
     _caption(
         fig,
-        "Cell: held-out perplexity of the column's domain after the row's step. Colour: loss "
-        "change vs the domain's best earlier step (red = forgotten, green = improved). Boxed: "
-        "the step where the domain's own expert (or fine-tune) arrived.",
+        f"{cell} Colour: loss change vs the domain's best earlier step (red = forgotten, "
+        "green = improved). Boxed: the step where the domain's own expert (or fine-tune) "
+        "arrived.",
     )
     return fig
 
@@ -129,7 +146,10 @@ def perplexity_figure(state: dict[str, Any]) -> Figure:
     both stay readable); which expert arrived at each step is on the x axis, the domains
     (with their final perplexity) in the legend."""
     run = state["runs"]["ours"]
-    fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
+    count = len(run["domains"])
+    columns = 1 if count <= COMPACT_DOMAINS else 2 if count <= 2 * COMPACT_DOMAINS + 12 else 3
+    height = max(4.8, 0.17 * math.ceil(count / columns) + 1.8)  # the legend's rows fit
+    fig, ax = plt.subplots(figsize=(10 + 2.2 * (columns - 1), height), layout="constrained")
     _style(ax, "Held-out perplexity per domain after each expert registration (log scale)")
     for step, expert in zip(run["steps"], run["experts"], strict=True):
         if expert:
@@ -139,18 +159,26 @@ def perplexity_figure(state: dict[str, Any]) -> Figure:
         final = next((y for y in reversed(ys) if not math.isnan(y)), None)
         label = f"{name} ({final:,.1f})" if final is not None else name
         color = PALETTE[j % len(PALETTE)]
-        ax.plot(run["steps"], ys, marker="o", ms=4, lw=2, color=color, label=label)
+        if count > COMPACT_DOMAINS:  # many lines: thin, no markers
+            ax.plot(run["steps"], ys, lw=1.1, color=color, label=label)
+        else:
+            ax.plot(run["steps"], ys, marker="o", ms=4, lw=2, color=color, label=label)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(_plain_number))
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.grid(axis="y", which="major", color="#f3f4f6", linewidth=1)
     ticks = [f"{s}\n{lab}" for s, lab in zip(run["steps"], run["step_labels"], strict=True)]
-    ax.set_xticks(run["steps"], ticks, rotation=30 if len(ticks) > 9 else 0, ha="center")
+    if len(ticks) > 2 * COMPACT_DOMAINS:  # no room for names: every k-th step's number
+        every = math.ceil(len(ticks) / COMPACT_DOMAINS)
+        shown = run["steps"][::every]
+        ax.set_xticks(shown, [str(s) for s in shown])
+    else:
+        ax.set_xticks(run["steps"], ticks, rotation=30 if len(ticks) > 9 else 0, ha="center")
     ax.set_xlabel("step: the expert registered (0 = trunk alone)", color=MUTED, fontsize=9)
     ax.set_ylabel("held-out perplexity", color=MUTED, fontsize=9)
     ax.legend(
-        frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-        title="domain (final)", title_fontsize=8,
+        frameon=False, fontsize=8 if columns == 1 else 7, loc="upper left",
+        bbox_to_anchor=(1.01, 1.0), title="domain (final)", title_fontsize=8, ncols=columns,
     )  # fmt: skip
     return fig
 
