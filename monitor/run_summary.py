@@ -8,6 +8,7 @@ majority label of each domain's members), which is how a run on a labelled corpu
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -133,6 +134,35 @@ def expert_counts(
         "new_domains_with_expert": expected,
         "spurious_experts": duplicates + unlabelled,
         "old_domain_experts": old,
+    }
+
+
+def time_to_expert(
+    first_doc_ms: Mapping[str, int],
+    registrations: Mapping[str, tuple[str, int]],
+    labels: Mapping[str, str],
+    new_labels: Sequence[str],
+) -> dict[str, object]:
+    """How long a user waits for a new kind of text to be served by an expert of its own:
+    for each new label, seconds from its first document entering (``first_doc_ms``: label
+    -> the document's ``created_ms``) to the first registration of an expert of a domain
+    with that label (``registrations``: expert id -> (domain id, created_ms)); None for a
+    label that never got one. With the median and the largest over the labels served."""
+    first_expert: dict[str, int] = {}
+    for domain_id, created_ms in registrations.values():
+        label = labels.get(domain_id)
+        if label is not None and created_ms:
+            first_expert[label] = min(created_ms, first_expert.get(label, created_ms))
+    waits: dict[str, float | None] = {}
+    for label in new_labels:
+        start, end = first_doc_ms.get(label), first_expert.get(label)
+        waits[label] = round((end - start) / 1000, 1) if start and end else None
+    served = sorted(w for w in waits.values() if w is not None)
+    return {
+        "per_label": waits,
+        "median_s": statistics.median(served) if served else None,
+        "max_s": served[-1] if served else None,
+        "never": sorted(label for label, w in waits.items() if w is None),
     }
 
 

@@ -42,6 +42,7 @@ SUMMARY_FIGURES: tuple[tuple[str, str, str], ...] = (
     ("domains_dense_better", "domains where dense ends lower", "list"),
     ("monitor_cpu_s_per_registration", "monitor CPU per registration, ours", "cpu"),
     ("baseline_cpu_s_per_registration", "monitor CPU per registration, dense", "cpu"),
+    ("time_to_expert_s", "first document of a new kind -> its expert serving", "wait"),
 )
 
 
@@ -52,6 +53,13 @@ def format_figure(value: object, kind: str) -> str:
     if kind == "cpu":  # run_summary.cpu_per_registration
         first, last = value["first_ten_mean"], value["last_ten_mean"]  # type: ignore[index]
         return f"{first:.2f} s first 10, {last:.2f} s last 10"
+    if kind == "wait":  # run_summary.time_to_expert
+        median, worst = value["median_s"], value["max_s"]  # type: ignore[index]
+        if median is None:
+            return "no new kind got an expert"
+        return (
+            f"median {format_figure(median, 'seconds')}, longest {format_figure(worst, 'seconds')}"
+        )
     if kind == "list":
         return ", ".join(str(v) for v in value) if value else "none"  # type: ignore[union-attr]
     if isinstance(value, bool):

@@ -53,3 +53,17 @@ def test_monitor_cpu_per_registration_first_and_last_ten() -> None:
     assert run_summary.cpu_per_registration(rows[:1]) is None
     old = [dataclasses.replace(r, cpu_s=0.0) for r in rows]  # a history from before cpu_s
     assert run_summary.cpu_per_registration(old) is None
+
+
+def test_time_to_expert_runs_from_a_kind_s_first_document_to_its_first_expert() -> None:
+    first_doc_ms = {"legal": 10_000, "news": 20_000, "code": 30_000}
+    registrations = {
+        "exp-1": ("dom-legal", 70_000),  # legal: 60 s
+        "exp-2": ("dom-legal-2", 50_000),  # a second domain of legal served it first: 40 s
+        "exp-3": ("dom-code", 130_000),  # code: 100 s
+    }
+    labels = {"dom-legal": "legal", "dom-legal-2": "legal", "dom-code": "code"}
+    out = run_summary.time_to_expert(first_doc_ms, registrations, labels, ["legal", "code", "news"])
+    assert out["per_label"] == {"legal": 40.0, "code": 100.0, "news": None}
+    assert out["median_s"] == 70.0 and out["max_s"] == 100.0
+    assert out["never"] == ["news"]

@@ -159,6 +159,8 @@ def run_demo(
                     dict(loop.watcher.state.job_status),
                 )
                 expert_domains = {e: r.domain_id for e, r in loop.watcher.state.experts.items()}
+                registered_ms = {e: r.created_ms for e, r in loop.watcher.state.experts.items()}
+                first_doc_ms = dict(loop.watcher.state.first_doc_ms)
                 docs = loop.watcher.state.docs
                 dead = loop.watcher.state.dead_letters
                 routed = len(loop.watcher.state.routed_ids)
@@ -170,6 +172,12 @@ def run_demo(
     if on_stopped is not None:
         addresses.update(on_stopped(loop, interrupted) or {})
     report = summarise(plan, labels, expert_domains)
+    report["time_to_expert_s"] = run_summary.time_to_expert(
+        first_doc_ms,
+        {e: (d, registered_ms[e]) for e, d in expert_domains.items()},
+        labels,
+        list(plan.new_domains),
+    )
     report.update(
         wall_s=round(time.monotonic() - started, 1),
         finished=finished,

@@ -74,6 +74,8 @@ class LoopState:
     docs: int = 0
     doc_ids: RecentIds = field(default_factory=RecentIds)
     docs_by_label: Counter = field(default_factory=Counter)
+    first_doc_ms: dict[str, int] = field(default_factory=dict)  # label -> its first Doc's
+    # created_ms (bounded as docs_by_label)
     dead_letters: int = 0
     dead_letter_reasons: Counter = field(default_factory=Counter)
     routed: int = 0
@@ -209,6 +211,7 @@ class LoopWatcher:
             label = record.label or "?"
             if label in s.docs_by_label or len(s.docs_by_label) < MAX_LABELS:
                 s.docs_by_label[label] += 1
+                s.first_doc_ms.setdefault(label, record.created_ms)
             else:
                 s.docs_by_label["(other)"] += 1
         elif isinstance(record, DeadLetter):
