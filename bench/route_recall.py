@@ -23,9 +23,17 @@ Then each held-out document of a label that has an expert, cut to its first N ch
 is today's rule, measured in the same run: the route stage's decision alone
 (``Gate.decide`` without ``chars``). Keys ending in ``_full`` are whole documents.
 
+``--sizes 8,16,32,42`` measures the same as the library grows instead: for each size K,
+the first K labels of one seeded order (each size holds the smaller ones), their own
+table from their own phased stream, and ``curve``: per K the domains found, recall and
+wrong-expert rate at 256 characters and whole, and the gate's CPU time per request
+(``gate_us_per_request``: ``Gate.decide_many`` over the held-out texts, median of 3).
+The likelihood re-ranking needs trained experts: ``bench/route_recall_experts.py``.
+
 Usage::
 
     python bench/route_recall.py [--corpus DIR] [--seed N] [--set floor=0.5]
+        [--sizes 8,16,32,42]
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ import argparse
 import json
 import logging
 import random
+import statistics
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -149,6 +159,51 @@ def measure(table: DomainTable, held: dict[str, list[LabelledDoc]], embedder, ga
     return out
 
 
+def gate_cost_us(
+    table: DomainTable, held: dict[str, list[LabelledDoc]], embedder, gate: Gate
+) -> float:
+    """CPU microseconds per request of the gate's decision over every held-out text of a
+    label with an expert, whole (median of 3 runs; the embedding is not counted)."""
+    rows = [r for r in table.rows() if r.status == "active"]
+    label_of = {r.domain_id: r.label_hint for r in rows if r.label_hint in held}
+    experts = DomainExperts(
+        GateExpert(f"{d}-e1", d, table.get(d).centroid) for d in sorted(label_of)
+    )
+    texts = [d.text for label in sorted(set(label_of.values())) for d in held[label]]
+    vectors = embedder.embed(texts)
+    chars = [len(t) for t in texts]
+    runs = []
+    for _ in range(3):
+        start = time.process_time()
+        gate.decide_many(vectors, table, experts, chars)
+        runs.append((time.process_time() - start) / max(1, len(texts)) * 1e6)
+    return round(statistics.median(runs), 1)
+
+
+def curve(
+    stream: Scenario, held: dict, config: RouterConfig, embedder, gate: Gate, sizes, args
+) -> list[dict]:
+    """The figures of :func:`measure` for nested label subsets of each size in ``sizes``."""
+    order = stream.names
+    random.Random(f"sizes:{args.seed}").shuffle(order)
+    points = []
+    for size in sizes:
+        names = order[:size]
+        part = Scenario({n: stream.domains[n] for n in names})
+        part_held = {n: held[n] for n in names if n in held}
+        table = build_table(part, config, embedder, args.per_domain, args.mixture, args.seed)
+        figures = measure(table, part_held, embedder, gate)
+        point = {"labels": len(names), "domains": figures["domains"]}
+        point["labels_with_expert"] = len(figures["labels_with_expert"])
+        for length in ("256", "full"):
+            for name in ("route_recall", "route_wrong", "route_nearest"):
+                point[f"{name}_{length}"] = round(figures[f"{name}_{length}"], 4)
+        point["gate_us_per_request"] = gate_cost_us(table, part_held, embedder, gate)
+        log.warning("routing curve %s", json.dumps(point))
+        points.append(point)
+    return points
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -165,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a setting of the gate's length-aware rule, e.g. --set floor=0.5 "
         "(floor, ref_chars, power, margin)",
     )
+    parser.add_argument(
+        "--sizes",
+        default="",
+        help="comma-separated library sizes (labels) for the routing curve, e.g. 8,16,32,42",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     overrides = {}
@@ -177,9 +237,15 @@ def main(argv: list[str] | None = None) -> int:
     config = RouterConfig()
     embedder = default_embedder(config)
     stream, held = split(Scenario.from_directory(args.corpus), config)
-    table = build_table(stream, config, embedder, args.per_domain, args.mixture, args.seed)
     result = {"corpus": str(args.corpus or "data/corpus"), "seed": args.seed}
-    result.update(measure(table, held, embedder, gate))
+    if args.sizes:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        if max(sizes) > len(stream.names):
+            parser.error(f"--sizes: the corpus has {len(stream.names)} labels")
+        result["curve"] = curve(stream, held, config, embedder, gate, sizes, args)
+    else:
+        table = build_table(stream, config, embedder, args.per_domain, args.mixture, args.seed)
+        result.update(measure(table, held, embedder, gate))
     result["gate"] = {k: getattr(gate, k) for k in ("floor", "ref_chars", "power", "margin")}
     print(json.dumps(result))
     return 0
