@@ -172,7 +172,8 @@ def run_phased(
     pipe.flush()
     labels = [d.domain for d in stream]
     vectors = embedder.embed([d.text for d in stream])  # (N, dim)
-    nmi, purity = nmi_purity(labels, pipe.final_assignment(vectors, thresholds=False))
+    nearest = pipe.final_assignment(vectors, thresholds=False)
+    nmi, purity = nmi_purity(labels, nearest)
     nmi_routed, purity_routed = nmi_purity(labels, pipe.final_assignment(vectors, thresholds=True))
     nmi_online, purity_online = nmi_purity(labels, pipe.online)
     # detection delay per phase
@@ -197,7 +198,10 @@ def run_phased(
         ]
         delays[name] = (min(hit) - starts[name]) if hit else end - starts[name]
     new_jobs = Counter(job.domain_id for _, job in pipe.jobs if job.reason == "new_domain")
+    taken, takers = taken_by_later_neighbours(pipe, labels, nearest)
     return {
+        "taken_by_later_neighbour": taken,
+        "taken_by_later_neighbour_top": takers,
         "nmi": nmi,
         "purity": purity,
         "nmi_routed": nmi_routed,
@@ -213,6 +217,33 @@ def run_phased(
         "phased_docs": len(stream),
         "pipeline": pipe,
     }
+
+
+def taken_by_later_neighbours(
+    pipe: Pipeline, labels: list[str], nearest: list[str]
+) -> tuple[float, list[tuple[str, str, int]]]:
+    """Forgetting through routing, in the embedding: the share of the documents of labels
+    that got a domain whose nearest final domain is another label's, promoted *after*
+    their own label's first domain (a newer neighbour took them), and the largest such
+    flows as ``(label, taker's label, documents)``."""
+    hints = {row.domain_id: row.label_hint for row in pipe.discover.table.rows()}
+    promoted = {ev.domain_id: seq for seq, ev in pipe.events if ev.detector == "promotion"}
+    first: dict[str, int] = {}
+    for domain_id, seq in promoted.items():
+        label = hints.get(domain_id)
+        if label is not None:
+            first[label] = min(seq, first.get(label, seq))
+    flows: Counter = Counter()
+    counted = 0
+    for label, domain_id in zip(labels, nearest, strict=True):
+        if label not in first:
+            continue
+        counted += 1
+        taker = hints.get(domain_id)
+        if taker != label and promoted.get(domain_id, -1) > first[label]:
+            flows[(label, taker)] += 1
+    top = [(a, b, n) for (a, b), n in flows.most_common(5)]
+    return sum(flows.values()) / max(1, counted), top
 
 
 def run_stationary(scenario: Scenario, pipe: Pipeline, n: int, seed: int, progress: bool) -> dict:
