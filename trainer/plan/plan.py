@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.plan.bytes import GPU_CONTEXT_BYTES, PROCESS_OVERHEAD_BYTES
+from trainer.plan.dense_placements import dense_placements
+from trainer.plan.expert_placements import expert_placements
 from trainer.plan.expert_spec import ExpertSpec
-from trainer.plan.placement import Placement, dense_placements, expert_placements
+from trainer.plan.placement import Placement
 from trainer.plan.run import Hardware, RunShape
 from trainer.plan.shapes import TrunkShape
 
