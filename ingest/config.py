@@ -49,7 +49,9 @@ class IngestConfig:
         "empty: the same cluster as [kafka]",
     )
     source_client: dict[str, str] = setting(
-        default_factory=dict, help="librdkafka settings of that source cluster"
+        default_factory=dict,
+        help="librdkafka settings of that source cluster: the sub-table [ingest.source_client], "
+        "or WORX_INGEST_SOURCE_CLIENT__<NAME> (underscores become dots)",
     )
     source_group: str = setting(
         "worx-connect", help="consumer group of the connector on the source"

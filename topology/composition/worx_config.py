@@ -85,7 +85,9 @@ class KafkaConfig:
         range="> 0",
     )
     client: dict[str, str] = setting(
-        default_factory=dict, help="raw librdkafka settings, passed untouched"
+        default_factory=dict,
+        help="raw librdkafka settings, passed untouched: the sub-table [kafka.client], or "
+        "WORX_KAFKA_CLIENT__<NAME> (underscores become dots)",
     )
 
     def validate(self) -> None:
@@ -187,6 +189,30 @@ def load_config(
     path: str | os.PathLike[str] | None = None, env: typing.Mapping[str, str] | None = None
 ) -> WorxConfig:
     """Read ``path`` (or $WORX_CONFIG, or ./worx.toml if it exists) and apply env overrides."""
+    return load_config_with_sources(path, env)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """Where :func:`load_config_with_sources` found each setting it did not leave at default."""
+
+    file: str | None  # the file read; None: none
+    file_keys: frozenset[str]  # dotted settings the file gives (``kafka.client.sasl.mechanism``)
+    variables: typing.Mapping[str, str]  # dotted setting -> the environment variable that set it
+
+    def of(self, dotted: str) -> tuple[str, str | None]:
+        """``("env", variable)``, ``("file", path)`` or ``("default", None)``: the last wins."""
+        if dotted in self.variables:
+            return "env", self.variables[dotted]
+        if dotted in self.file_keys:
+            return "file", self.file
+        return "default", None
+
+
+def load_config_with_sources(
+    path: str | os.PathLike[str] | None = None, env: typing.Mapping[str, str] | None = None
+) -> tuple[WorxConfig, Sources]:
+    """:func:`load_config`, and where each setting came from (`worx config show`)."""
     env = os.environ if env is None else env
     raw: dict[str, Any] = {}
     chosen = path or env.get("WORX_CONFIG")
@@ -200,10 +226,11 @@ def load_config(
             raw = tomllib.loads(file.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{file} is not valid TOML: {exc}") from exc
+    file_keys = frozenset(_dotted_leaves(raw))
     _check_variable_names(env)
     origins = _apply_env(raw, env)
     try:
-        return build(WorxConfig, raw, "", origins)
+        config = build(WorxConfig, raw, "", origins)
     except ConfigError as exc:  # a validate() message quoting a secret: name its variable
         message = str(exc)
         for dotted, variable in origins.items():
@@ -213,6 +240,23 @@ def load_config(
         if message == str(exc):
             raise
         raise ConfigError(message) from None
+    chosen_name = None if chosen is None else str(chosen)
+    return config, Sources(file=chosen_name, file_keys=file_keys, variables=origins)
+
+
+def _dotted_leaves(raw: typing.Mapping[str, Any], where: str = "") -> list[str]:
+    """The dotted name of every value of a parsed file that is not itself a table."""
+    found = []
+    for key, value in raw.items():
+        dotted = f"{where}.{key}" if where else key
+        found += _dotted_leaves(value, dotted) if isinstance(value, dict) else [dotted]
+    return found
+
+
+def is_secret(dotted: str, hint: Any = None) -> bool:
+    """Whether a setting's value is never shown: its name looks secret, or it holds client
+    settings (a librdkafka key such as ``ssl.key.pem`` holds a private key under any name)."""
+    return bool(_SECRET.search(dotted)) or typing.get_origin(hint) is dict or hint is dict
 
 
 # WORX_* variables that are not settings (read elsewhere; see the module docstring)
@@ -331,7 +375,7 @@ def _origin(dotted: str, origins: typing.Mapping[str, str]) -> str:
 
 def _shown(value: Any, dotted: str, hint: Any, origins: typing.Mapping[str, str]) -> str:
     """How a refused value appears in an error: never itself where it may be a secret."""
-    if _SECRET.search(dotted) or typing.get_origin(hint) is dict or hint is dict:
+    if is_secret(dotted, hint):
         where = f"in {origins[dotted]} in the environment" if dotted in origins else "given"
         return f"a {type(value).__name__} {where} (value not shown: it may be a secret)"
     return f"{value!r}{_origin(dotted, origins)}"
