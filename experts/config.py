@@ -17,7 +17,11 @@ class ExpertsConfig:
     trunk_dtype: str = setting(
         "float32", help="dtype the trunk is loaded in for serving", choices=DTYPES
     )
-    store_dir: str = setting("", help="expert store root; empty: <data_dir>/experts")
+    store_dir: str = setting(
+        "",
+        help="expert store root (`--store` wins); empty: trainer.store_dir, else "
+        "<data_dir>/experts",
+    )
     store_url: str = setting(
         "",
         help="s3://bucket/prefix: the store is that bucket (credentials and endpoint from the "

@@ -55,7 +55,9 @@ class MonitorConfig:
         1e-3, help="dense peak learning rate (the best of bench/train.py's sweep)", range="> 0"
     )
     group_id: str = setting(
-        "", help='consumer group of the monitor; empty: "<kafka.topic_prefix>-monitor"'
+        "",
+        help="consumer group of the monitor (one per deployment, as route's and discover's); "
+        'empty: "<kafka.topic_prefix>-monitor"',
     )
     fetch_timeout_s: float = setting(
         15.0, help="wait this long for a job's held-out documents", unit="s"

@@ -143,7 +143,11 @@ class TrainerConfig:
     device: str = setting("auto", help='"auto" (cuda if available), "cpu", "cuda", "cuda:1"...')
     # --- the worker --------------------------------------------------------------------
     jobs_dir: str = setting("", help="job checkpoints; empty: <data_dir>/trainer/jobs")
-    store_dir: str = setting("", help="expert store root; empty: <data_dir>/experts")
+    store_dir: str = setting(
+        "",
+        help="expert store root, used when experts.store_dir is not set (so the trainer "
+        "writes where serve and the monitor read); empty: <data_dir>/experts",
+    )
     checkpoint_every: int = setting(
         20, help="steps between checkpoints", unit="steps", range=">= 1"
     )

@@ -19,9 +19,9 @@ REGENERATE = "worx config docs > docs/settings.md"
 
 _INTRO = f"""# Settings
 
-Every setting of worx, generated from the code by `{REGENERATE}` (do not edit by hand:
-tests/topology/test_settings_doc.py fails when this page and the code disagree). Each
-setting's help, unit and range live in one place, its dataclass field
+Every setting of worx, generated from the code by `{REGENERATE}`
+(do not edit by hand: tests/topology/test_settings_doc.py fails when this page and the code
+disagree). Each setting's help, unit and range live in one place, its dataclass field
 (`worx/settings.py`'s `setting()`); the checks are each section's `validate()`.
 
 Where a value comes from, the last wins: the default below, then the file (`--config
@@ -29,14 +29,15 @@ PATH`, else `$WORX_CONFIG`, else `./worx.toml`), then the environment:
 `WORX_<SECTION>__<FIELD>` (`WORX_TRAINER__MAX_STEPS=30`), `WORX_<SECTION>__<TABLE>__<FIELD>`
 for a sub-table (`WORX_TRAINER__EXPERT__RANK=64`), `WORX_DATA_DIR` for the top level, and
 `WORX_KAFKA_CLIENT__<NAME>` / `WORX_INGEST_SOURCE_CLIENT__<NAME>` for a librdkafka setting
-(underscores become dots: `..._SASL_PASSWORD` sets `sasl.password`). Some commands take a
+(underscores become dots: `..._SASL_PASSWORD` sets `sasl.password`); a list from the
+environment is comma-separated (`WORX_INGEST__SOURCE_TOPICS=a,b`). Some commands take a
 flag for a setting (`--bootstrap-servers`, `--store`), which wins over all three. A
 mistyped name in the file or the environment is refused in one line, with the nearest
 valid name.
 
 `worx config show` prints the effective settings, each with where it came from (`--json`
-for a script); a value whose name looks secret (password, secret, sasl, credential, or
-ending in token or key) and every librdkafka setting shows as `***` once set.
+for a script); a text value whose name looks secret (password, secret, sasl, credential,
+or ending in token or key) and every librdkafka setting shows as `***` once set.
 
 The loader is hand-written (`topology/composition/worx_config.py`), not pydantic-settings:
 it keeps its one-line errors, its did-you-mean for mistyped names and its masking of
@@ -50,7 +51,7 @@ def settings_markdown() -> str:
     parts = [_INTRO]
     hints = typing.get_type_hints(WorxConfig)
     top = [f for f in dataclasses.fields(WorxConfig) if not dataclasses.is_dataclass(hints[f.name])]
-    parts.append(_table("Top level", "WORX_<FIELD>", "outside any section", WorxConfig, top))
+    parts.append(_table("Top level", "WORX_DATA_DIR", "outside any section", WorxConfig, top))
     for field in dataclasses.fields(WorxConfig):
         if dataclasses.is_dataclass(hints[field.name]):
             parts += _sections(hints[field.name], field.name, _help(field))
