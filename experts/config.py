@@ -4,38 +4,102 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from worx.settings import setting
+
 DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
 class ExpertsConfig:
-    trunk_dir: str = ""  # Hugging Face model directory; empty: the bundled default trunk
-    trunk_dtype: str = "float32"  # dtype the trunk is loaded in for serving (one of DTYPES)
-    store_dir: str = ""  # expert store root; empty: <data_dir>/experts
-    # s3://bucket/prefix: the store is that bucket (credentials and endpoint from the
-    # environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL), and the
-    # directory above is each command's local cache of it; empty: the directory is the store
-    store_url: str = ""
-    lru_budget_mb: int = 512  # bytes of loaded experts kept in memory (LRU beyond it)
-    # disk hygiene of the store (applied whenever a command opens it):
-    quarantine_keep: int = 100  # newest .quarantine entries kept; 0: no count limit
-    quarantine_max_age_days: float = 30.0  # older quarantined entries removed; 0: no age limit
-    stale_tmp_after_s: float = 3600.0  # a lock-less .tmp-* dir unchanged this long is removed
-    # the gate decides a document's domain by the domain table (route stage's rule and
-    # per-domain thresholds), then mixes only that domain's experts:
-    gate_top_k: int = 1  # most experts of the document's domain mixed (newest wins ties)
-    gate_temperature: float = 0.1  # softmax temperature over the chosen experts' similarities
-    # likelihood re-ranking of texts the route stage's rule leaves unsure (docs/experts.md):
-    gate_likelihood_candidates: int = 8  # nearest domains whose experts score the text; 0: off
-    gate_likelihood_margin: float = 0.5  # nats/token the best expert must beat the trunk by
-    gate_likelihood_separation: float = 0.6  # ... and every other candidate's expert by
-    gate_likelihood_max_tokens: int = 64  # tokens of the text's head scored (the extra cost)
-    gate_likelihood_mix_margin: float = 3.0  # a novel text two experts explain about as well,
-    # each this many nats/token better than the trunk, gets their mix (inf: never)
-    serve_host: str = "127.0.0.1"  # HTTP API address (loopback unless you mean to expose it)
-    serve_port: int = 8080  # HTTP API port (0: any free port, printed at start)
-    max_tokens: int = 1024  # longest text scored (tokens beyond are cut, and reported)
-    max_new_tokens: int = 128  # upper bound of one generate request
+    trunk_dir: str = setting(
+        "", help="Hugging Face model directory; empty: the bundled default trunk"
+    )
+    trunk_dtype: str = setting(
+        "float32", help="dtype the trunk is loaded in for serving", choices=DTYPES
+    )
+    store_dir: str = setting(
+        "",
+        help="expert store root (`--store` wins); empty: trainer.store_dir, else "
+        "<data_dir>/experts",
+    )
+    store_url: str = setting(
+        "",
+        help="s3://bucket/prefix: the store is that bucket (credentials and endpoint from the "
+        "environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL), and "
+        "store_dir is each command's local cache of it; empty: the directory is the store",
+    )
+    lru_budget_mb: int = setting(
+        512, help="bytes of loaded experts kept in memory (LRU beyond it)", unit="MB", range=">= 1"
+    )
+    quarantine_keep: int = setting(
+        100,
+        help="newest .quarantine entries of the store kept (applied whenever a command opens "
+        "it); 0: no count limit",
+        unit="entries",
+        range=">= 0",
+    )
+    quarantine_max_age_days: float = setting(
+        30.0, help="older quarantined entries removed; 0: no age limit", unit="days", range=">= 0"
+    )
+    stale_tmp_after_s: float = setting(
+        3600.0,
+        help="a lock-less .tmp-* dir unchanged this long is removed (a live writer must never "
+        "lose its temporary directory)",
+        unit="s",
+        range=">= 60",
+    )
+    gate_top_k: int = setting(
+        1,
+        help="the gate decides a document's domain by the domain table (route stage's rule "
+        "and per-domain thresholds), then mixes at most this many experts of that domain "
+        "(newest wins ties)",
+        unit="experts",
+        range=">= 1",
+    )
+    gate_temperature: float = setting(
+        0.1, help="softmax temperature over the chosen experts' similarities", range="> 0"
+    )
+    gate_likelihood_candidates: int = setting(
+        8,
+        help="likelihood re-ranking of texts the route stage's rule leaves unsure "
+        "(docs/experts.md): nearest domains whose experts score the text; 0: off",
+        unit="domains",
+        range=">= 0",
+    )
+    gate_likelihood_margin: float = setting(
+        0.5,
+        help="nats/token the best expert must beat the trunk by",
+        unit="nats/token",
+        range=">= 0",
+    )
+    gate_likelihood_separation: float = setting(
+        0.6, help="... and every other candidate's expert by", unit="nats/token", range=">= 0"
+    )
+    gate_likelihood_max_tokens: int = setting(
+        64, help="tokens of the text's head scored (the extra cost)", unit="tokens", range=">= 2"
+    )
+    gate_likelihood_mix_margin: float = setting(
+        3.0,
+        help="a novel text two experts explain about as well, each this many nats/token "
+        "better than the trunk, gets their mix (inf: never)",
+        unit="nats/token",
+        range=">= 0",
+    )
+    serve_host: str = setting(
+        "127.0.0.1", help="HTTP API address (loopback unless you mean to expose it)"
+    )
+    serve_port: int = setting(
+        8080, help="HTTP API port (0: any free port, printed at start)", range="0..65535"
+    )
+    max_tokens: int = setting(
+        1024,
+        help="longest text scored (tokens beyond are cut, and reported)",
+        unit="tokens",
+        range=">= 2",
+    )
+    max_new_tokens: int = setting(
+        128, help="upper bound of one generate request", unit="tokens", range=">= 1"
+    )
 
     def store_options(self) -> dict[str, float]:
         """Keyword arguments of ``ExpertStore`` that come from this section (retention)."""

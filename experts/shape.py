@@ -43,6 +43,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from worx.settings import setting
+
 
 class ExpertConfigError(ValueError):
     pass
@@ -78,17 +80,43 @@ _NO_VOCABULARY: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class ExpertConfig:
-    layers: tuple[int, ...] = ()  # trunk blocks with an adapter beside their MLP; empty: the
-    # upper half of the trunk's blocks (kind "vocab": none)
-    rank: int = 128  # bottleneck width r of every adapter (d -> r -> d); kind "vocab": 0
-    activation: str = "gelu"  # the adapters' activation, one of ACTIVATIONS
-    kind: str = "vocab_adapter"  # one of KINDS (see the module docstring)
-    vocab_size: int = 0  # the trunk's vocabulary size (vocabulary kinds); 0: the trunk's
-    output_rank: int = 32  # rank of the delta on the unembedding (vocabulary kinds; 0: none)
-    token_rank: int = 32  # rank of the token-embedding delta (vocabulary kinds; 0: none)
-    token_layer: int = -1  # the block of the token delta (negative: from the top; -1: last)
-    token_site: str = "mlp"  # "mlp": beside the block's MLP; "input": entering the block
-    logit_bias: bool = True  # a per-token bias on the logits (vocabulary kinds)
+    layers: tuple[int, ...] = setting(
+        (),
+        help="trunk blocks with an adapter beside their MLP; empty: the upper half of the "
+        'trunk\'s blocks (kind "vocab": none)',
+        range="distinct, >= 0",
+    )
+    rank: int = setting(
+        128,
+        help='bottleneck width r of every adapter (d -> r -> d); kind "vocab": 0',
+        range=">= 1",
+    )
+    activation: str = setting("gelu", help="the adapters' activation", choices=tuple(ACTIVATIONS))
+    kind: str = setting(
+        "vocab_adapter",
+        help='"adapter": bottleneck adapters beside the trunk\'s MLP; "vocab": the vocabulary '
+        "parts alone (unembedding delta, logit bias, token-embedding delta); "
+        '"vocab_adapter": both (experts/shape.py)',
+        choices=KINDS,
+    )
+    vocab_size: int = setting(
+        0, help="the trunk's vocabulary size (vocabulary kinds); 0: the trunk's", range=">= 0"
+    )
+    output_rank: int = setting(
+        32, help="rank of the delta on the unembedding (vocabulary kinds; 0: none)", range=">= 0"
+    )
+    token_rank: int = setting(
+        32, help="rank of the token-embedding delta (vocabulary kinds; 0: none)", range=">= 0"
+    )
+    token_layer: int = setting(
+        -1, help="the block of the token delta (negative: from the top; -1: last)"
+    )
+    token_site: str = setting(
+        "mlp",
+        help='"mlp": beside the block\'s MLP; "input": entering the block',
+        choices=TOKEN_SITES,
+    )
+    logit_bias: bool = setting(True, help="a per-token bias on the logits (vocabulary kinds)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(layer) for layer in self.layers))

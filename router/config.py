@@ -4,84 +4,200 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from worx.settings import setting
+
 
 @dataclass(frozen=True)
 class RouterConfig:
     # --- embedder (shared by route, discover and the inference gate: keep them equal) ---
-    # "tfidf" (the default: no model), "trunk" (mean-pooled hidden states of the trunk in
-    # embedder_trunk_dir, empty: the bundled trunk) or "sentence" (all-MiniLM-L6-v2, needs
-    # the 'embedders' extra). The thresholds below are tuned for "tfidf": re-measure with
-    # bench/discovery.py --set embedder=... before relying on another.
-    embedder: str = "tfidf"
-    embedder_trunk_dir: str = ""
-    embed_dim: int = 1024  # dimension of the hashed TF-IDF embedding (signed hash buckets)
-    embed_char_ngrams: tuple[int, ...] = (3, 4, 5)  # byte n-gram orders hashed besides words
-    embed_word_weight: float = 1.0  # weight of the word block vs each n-gram block
-    embed_tf_cap: float = 4.0  # cap of the sublinear term frequency 1 + log(tf)
-    embed_max_chars: int = 4000  # only this many leading characters are embedded
-    embed_shape_weight: float = 1.5  # weight of the text-form block vs each content block
+    embedder: str = setting(
+        "tfidf",
+        help="the embedder of route, discover and the inference gate (keep them equal): "
+        '"tfidf" (no model), "trunk" (mean-pooled hidden states of the trunk in '
+        "embedder_trunk_dir) or \"sentence\" (all-MiniLM-L6-v2, needs the 'embedders' extra); "
+        'the thresholds are tuned for "tfidf": re-measure with bench/discovery.py '
+        "--set embedder=... before relying on another",
+        choices=("tfidf", "trunk", "sentence"),
+    )
+    embedder_trunk_dir: str = setting(
+        "", help='the trunk of embedder "trunk"; empty: the bundled trunk'
+    )
+    embed_dim: int = setting(
+        1024,
+        help="dimension of the hashed TF-IDF embedding (signed hash buckets)",
+        range=">= 8",
+    )
+    embed_char_ngrams: tuple[int, ...] = setting(
+        (3, 4, 5), help="byte n-gram orders hashed besides words", range="each in 1..16"
+    )
+    embed_word_weight: float = setting(
+        1.0, help="weight of the word block vs each n-gram block", range=">= 0"
+    )
+    embed_tf_cap: float = setting(
+        4.0, help="cap of the sublinear term frequency 1 + log(tf)", range=">= 1"
+    )
+    embed_max_chars: int = setting(
+        4000, help="only this many leading characters are embedded", unit="chars", range=">= 1"
+    )
+    embed_shape_weight: float = setting(
+        1.5,
+        help="weight of the text-form block vs each content block (0: the form block off)",
+        range=">= 0",
+    )
 
     # --- route: per-domain threshold, learned at promotion from the members' similarities ---
-    # threshold = min(quantile, mean - threshold_std * std) of the members' cosines, minus
-    # the margin: a promoted core is the dense middle of a domain, so its spread (not its
-    # own lowest quantile) says how far the domain's tail reaches
-    threshold_quantile: float = 0.02
-    threshold_std: float = 3.0
-    threshold_margin: float = 0.0
-    # core threshold = mean - uncertain_std * std: an assigned document below it is
-    # "uncertain" and its text goes to discover too (a new domain may hide there)
-    uncertain_std: float = 1.0
+    threshold_quantile: float = setting(
+        0.02,
+        help="a domain's threshold = min(this quantile, mean - threshold_std * std) of its "
+        "members' cosines, minus threshold_margin: a promoted core is the dense middle of a "
+        "domain, so its spread (not its own lowest quantile) says how far the domain's tail "
+        "reaches",
+        range="[0, 0.5)",
+    )
+    threshold_std: float = setting(
+        3.0, help="member std units below the mean in the threshold (see threshold_quantile)"
+    )
+    threshold_margin: float = setting(
+        0.0, help="subtracted from the learned threshold (see threshold_quantile)", unit="cosine"
+    )
+    uncertain_std: float = setting(
+        1.0,
+        help="core threshold = mean - uncertain_std * std: an assigned document below it is "
+        '"uncertain" and its text goes to discover too (a new domain may hide there)',
+    )
 
     # --- discover: online clustering of novel documents ---
-    buffer_docs: int = 2000  # novel documents held for clustering (oldest dropped first):
-    # a kind of text at 1% of a stream that holds dozens needs a long memory to gather a core
-    buffer_max_age: int = 20000  # ...and dropped once this many decisions old (leftovers)
-    cluster_every: int = 20  # re-cluster the buffer after this many new novel documents
-    cluster_knn: int = 10  # neighbours per document in the shared-nearest-neighbour graph
-    cluster_shared: float = 0.3  # fraction of neighbours two linked documents must share
-    cluster_coarse_knn: int = 0  # documents in no core are clustered again with this many
-    # neighbours (0: off): a domain of many unrelated sources has no dense core at
-    # cluster_knn for hundreds of documents
-    cluster_split_similarity: float = 0.5  # a core whose 2-means halves are less similar
-    # than this chains two groups (halves of one domain: ~0.9): each is judged alone
-    promote_min_size: int = 40  # a core needs this many documents to become a domain
-    promote_stable_runs: int = 2  # ...and must persist over this many clustering runs
-    promote_min_cohesion: float = 0.15  # ...and its members' mean cosine to its centroid
-    promote_min_rate: float = 0.0  # ...and its documents must have arrived at this share
-    # of the stream (10th-90th percentile of arrivals; 0: off): off, because a company's
-    # stream mixes dozens of kinds at once, each far below any burst share; a known
-    # domain's leftovers are told apart by belonging (below) and the claims test instead
-    promote_min_threshold: float = 0.08  # ...and a learned threshold at least this high (a
-    # core mixing several domains is wide, and its threshold would swallow them all)
-    promote_max_claim_ratio: float = 1.0  # ...and its threshold may take at most this many
-    # buffered documents outside the core per member (0: off): a core that would take more
-    # is a chain of several kinds' first documents
-    belong_level: float = 0.5  # a core whose median member passes threshold + this share of
-    # (core_threshold - threshold) of a known domain is that domain's leftovers
-    belong_separation: float = 1.5  # a core whose centroid cosine to a known domain is at
-    # least this times its cohesion is that domain's: it stands apart from the domain by
-    # less than its own members spread (0: off)
-    merge_similarity: float = 0.75  # a core this close (cosine of centroids) to a known
-    # domain is that domain's, not a new one (subsets of one domain: ~0.9; distinct: < 0.7)
+    buffer_docs: int = setting(
+        2000,
+        help="novel documents held for clustering (oldest dropped first): a kind of text at "
+        "1% of a stream that holds dozens needs a long memory to gather a core",
+        unit="docs",
+        range=">= promote_min_size",
+    )
+    buffer_max_age: int = setting(
+        20000,
+        help="a buffered document is dropped once this many decisions old (leftovers)",
+        unit="decisions",
+    )
+    cluster_every: int = setting(
+        20,
+        help="re-cluster the buffer after this many new novel documents",
+        unit="docs",
+        range=">= 1",
+    )
+    cluster_knn: int = setting(
+        10, help="neighbours per document in the shared-nearest-neighbour graph", range=">= 2"
+    )
+    cluster_shared: float = setting(
+        0.3, help="fraction of neighbours two linked documents must share", range="(0, 1]"
+    )
+    cluster_coarse_knn: int = setting(
+        0,
+        help="documents in no core are clustered again with this many neighbours (0: off): a "
+        "domain of many unrelated sources has no dense core at cluster_knn for hundreds of "
+        "documents",
+    )
+    cluster_split_similarity: float = setting(
+        0.5,
+        help="a core whose 2-means halves are less similar than this chains two groups "
+        "(halves of one domain: ~0.9): each is judged alone",
+        unit="cosine",
+    )
+    promote_min_size: int = setting(
+        40, help="a core needs this many documents to become a domain", unit="docs", range=">= 5"
+    )
+    promote_stable_runs: int = setting(
+        2, help="...and must persist over this many clustering runs", unit="runs"
+    )
+    promote_min_cohesion: float = setting(
+        0.15, help="...and its members' mean cosine to its centroid", unit="cosine"
+    )
+    promote_min_rate: float = setting(
+        0.0,
+        help="...and its documents must have arrived at this share of the stream (10th-90th "
+        "percentile of arrivals; 0: off): off, because a company's stream mixes dozens of "
+        "kinds at once, each far below any burst share; a known domain's leftovers are told "
+        "apart by belonging (belong_level, belong_separation) and the claims test instead",
+    )
+    promote_min_threshold: float = setting(
+        0.08,
+        help="...and a learned threshold at least this high (a core mixing several domains "
+        "is wide, and its threshold would swallow them all)",
+        unit="cosine",
+    )
+    promote_max_claim_ratio: float = setting(
+        1.0,
+        help="...and its threshold may take at most this many buffered documents outside the "
+        "core per member (0: off): a core that would take more is a chain of several kinds' "
+        "first documents",
+    )
+    belong_level: float = setting(
+        0.5,
+        help="a core whose median member passes threshold + this share of (core_threshold - "
+        "threshold) of a known domain is that domain's leftovers",
+    )
+    belong_separation: float = setting(
+        1.5,
+        help="a core whose centroid cosine to a known domain is at least this times its "
+        "cohesion is that domain's: it stands apart from the domain by less than its own "
+        "members spread (0: off)",
+        range=">= 0",
+    )
+    merge_similarity: float = setting(
+        0.75,
+        help="a core this close (cosine of centroids) to a known domain is that domain's, not "
+        "a new one (subsets of one domain: ~0.9; distinct: < 0.7)",
+        unit="cosine",
+    )
 
     # --- discover: training jobs ---
-    job_docs: int = 256  # a job is emitted once a domain has gathered this many documents
-    job_min_docs: int = 128  # ...or this many (at most job_docs), when then none arrived for
-    # job_quiet_docs
-    job_quiet_docs: int = 1000  # decisions without a document of the domain (0: off)
-    heldout_fraction: float = 0.1  # share of documents kept out of training (hash of doc_id)
-    heldout_salt: str = "worx-heldout"  # salt of that hash; change it only with a new data set
+    job_docs: int = setting(
+        256,
+        help="a job is emitted once a domain has gathered this many documents",
+        unit="docs",
+        range=">= 1",
+    )
+    job_min_docs: int = setting(
+        128,
+        help="...or this many (at most job_docs), when then none arrived for job_quiet_docs",
+        unit="docs",
+        range=">= 1",
+    )
+    job_quiet_docs: int = setting(
+        1000,
+        help="decisions without a document of the domain (0: off)",
+        unit="decisions",
+        range=">= 0",
+    )
+    heldout_fraction: float = setting(
+        0.1, help="share of documents kept out of training (hash of doc_id)", range="[0, 1)"
+    )
+    heldout_salt: str = setting(
+        "worx-heldout", help="salt of that hash; change it only with a new data set"
+    )
 
-    # --- discover: drift detectors (Page-Hinkley, one-sided; defaults never fire when
-    # the stream is stationary: see docs/discovery.md) ---
-    novelty_delta: float = 0.1  # novelty-rate rise ignored (rate of novel docs, 0..1)
-    novelty_threshold: float = 40.0  # Page-Hinkley alarm level on the novelty indicator
-    distance_delta: float = 0.5  # per-domain distance rise ignored, in member std units
-    distance_threshold: float = 60.0  # Page-Hinkley alarm level on standardised distance
-    detector_min_docs: int = 50  # observations before a detector may fire
+    # --- discover: drift detectors ---
+    novelty_delta: float = setting(
+        0.1,
+        help="novelty-rate rise ignored (rate of novel docs, 0..1) by the Page-Hinkley "
+        "detector (one-sided; the defaults never fire when the stream is stationary: see "
+        "docs/discovery.md)",
+    )
+    novelty_threshold: float = setting(
+        40.0, help="Page-Hinkley alarm level on the novelty indicator", range="> 0"
+    )
+    distance_delta: float = setting(0.5, help="per-domain distance rise ignored", unit="member std")
+    distance_threshold: float = setting(
+        60.0, help="Page-Hinkley alarm level on standardised distance", range="> 0"
+    )
+    detector_min_docs: int = setting(
+        50, help="observations before a detector may fire", unit="docs", range=">= 1"
+    )
 
     # --- discover: state ---
-    snapshot_every_s: float = 5.0  # snapshot at least this often (always before emitting)
+    snapshot_every_s: float = setting(
+        5.0, help="snapshot at least this often (always before emitting)", unit="s"
+    )
 
     def validate(self) -> None:
         if self.embedder not in ("tfidf", "trunk", "sentence"):

@@ -41,6 +41,7 @@ from monitor.config import MonitorConfig
 from router.config import RouterConfig
 from trainer.config import TrainerConfig
 from worx.errors import UserError, nearest
+from worx.settings import setting
 
 
 class ConfigError(UserError, ValueError):
@@ -58,22 +59,41 @@ _SECRET = re.compile(r"passw|secret|sasl|credential|(^|[._])(api_)?(token|key)$"
 
 @dataclasses.dataclass(frozen=True)
 class KafkaConfig:
-    bootstrap_servers: str = ""  # empty: start the embedded Tansu broker on loopback
-    topic_prefix: str = "worx"  # topics are <prefix>.docs, <prefix>.dlq, ...
-    partitions: int = 4  # partitions of the partitioned topics (docs, routed)
-    # partitions of <prefix>.train: at most this many trainers in one group get jobs (a
-    # trainer without a partition waits idle); made at topic creation, not changed after
-    train_partitions: int = 1
-    replication_factor: int = 1
-    session_timeout_ms: int = 10_000  # group joins take ~half of this on the embedded broker
-    connect_timeout_s: float = 10.0  # a cluster not answering by then: a one-line error
-    client: dict[str, str] = dataclasses.field(default_factory=dict)  # raw librdkafka settings
+    bootstrap_servers: str = setting(
+        "", help="the Kafka cluster; empty: start the embedded Tansu broker on loopback"
+    )
+    topic_prefix: str = setting(
+        "worx", help="topics are <prefix>.docs, <prefix>.dlq, ...", range="no space, / or \\"
+    )
+    partitions: int = setting(
+        4, help="partitions of the partitioned topics (docs, routed)", range=">= 1"
+    )
+    train_partitions: int = setting(
+        1,
+        help="partitions of <prefix>.train: at most this many trainers in one group get jobs "
+        "(a trainer without a partition waits idle); made at topic creation, not changed after",
+        range=">= 1",
+    )
+    replication_factor: int = setting(1, help="replicas of each topic made", range=">= 1")
+    session_timeout_ms: int = setting(
+        10_000, help="group joins take ~half of this on the embedded broker", unit="ms"
+    )
+    connect_timeout_s: float = setting(
+        10.0,
+        help="a cluster not answering by then: a one-line error",
+        unit="s",
+        range="> 0",
+    )
+    client: dict[str, str] = setting(
+        default_factory=dict,
+        help="raw librdkafka settings, passed untouched: the sub-table [kafka.client], or "
+        "WORX_KAFKA_CLIENT__<NAME> (underscores become dots)",
+    )
 
     def validate(self) -> None:
         if self.partitions < 1 or self.train_partitions < 1 or self.replication_factor < 1:
             raise ValueError(
-                "kafka.partitions, kafka.train_partitions and kafka.replication_factor "
-                "must be >= 1"
+                "kafka.partitions, kafka.train_partitions and kafka.replication_factor must be >= 1"
             )
         if self.connect_timeout_s <= 0:
             raise ValueError("kafka.connect_timeout_s must be > 0")
@@ -87,18 +107,50 @@ class KafkaConfig:
 class ServeConfig:
     """`worx serve`'s HTTP API (section ``[serve]``; its address: ``experts.serve_host/port``)."""
 
-    # non-empty: every request but /health needs "Authorization: Bearer <token>"; set it
-    # from the environment (WORX_SERVE__API_TOKEN), not in a file others can read
-    api_token: str = ""
-    max_body_bytes: int = 4 << 20  # a larger request body is refused (413) before it is read
-    read_timeout_s: float = 10.0  # a body not received within this: 408, connection closed
-    idle_timeout_s: float = 15.0  # a connection without a complete request by then is closed
-    workers: int = 2  # requests scored at once (torch work runs off the event loop)
-    queue: int = 16  # requests waiting for a worker; beyond it: 503 with Retry-After
-    chars_per_token: int = 32  # text past max_tokens x this is cut before it is tokenised
-    # names the API is reached by besides loopback and experts.serve_host (a Host header
-    # naming anything else is refused: DNS rebinding), e.g. "serve" for other containers
-    allowed_hosts: tuple[str, ...] = ()
+    api_token: str = setting(
+        "",
+        help='non-empty: every request but /health needs "Authorization: Bearer <token>"; set '
+        "it from the environment (WORX_SERVE__API_TOKEN), not in a file others can read",
+    )
+    max_body_bytes: int = setting(
+        4 << 20,
+        help="a larger request body is refused (413) before it is read",
+        unit="bytes",
+        range=">= 1024",
+    )
+    read_timeout_s: float = setting(
+        10.0,
+        help="a body not received within this: 408, connection closed",
+        unit="s",
+        range="> 0",
+    )
+    idle_timeout_s: float = setting(
+        15.0,
+        help="a connection without a complete request by then is closed",
+        unit="s",
+        range="> 0",
+    )
+    workers: int = setting(
+        2, help="requests scored at once (torch work runs off the event loop)", range=">= 1"
+    )
+    queue: int = setting(
+        16,
+        help="requests waiting for a worker; beyond it: 503 with Retry-After",
+        unit="requests",
+        range=">= 0",
+    )
+    chars_per_token: int = setting(
+        32,
+        help="text past max_tokens x this is cut before it is tokenised",
+        unit="chars",
+        range=">= 1",
+    )
+    allowed_hosts: tuple[str, ...] = setting(
+        (),
+        help="names the API is reached by besides loopback and experts.serve_host (a Host "
+        'header naming anything else is refused: DNS rebinding), e.g. "serve" for other '
+        "containers",
+    )
 
     def validate(self) -> None:
         if self.max_body_bytes < 1024:
@@ -113,20 +165,54 @@ class ServeConfig:
 
 @dataclasses.dataclass(frozen=True)
 class WorxConfig:
-    kafka: KafkaConfig = dataclasses.field(default_factory=KafkaConfig)
-    ingest: IngestConfig = dataclasses.field(default_factory=IngestConfig)
-    router: RouterConfig = dataclasses.field(default_factory=RouterConfig)
-    experts: ExpertsConfig = dataclasses.field(default_factory=ExpertsConfig)
-    serve: ServeConfig = dataclasses.field(default_factory=ServeConfig)
-    trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
-    monitor: MonitorConfig = dataclasses.field(default_factory=MonitorConfig)
-    data_dir: str = "worx-data"  # expert store, snapshots, held-out sets, reports
+    kafka: KafkaConfig = setting(default_factory=KafkaConfig, help="the cluster and its topics")
+    ingest: IngestConfig = setting(
+        default_factory=IngestConfig, help="ingest: files and company topics into worx.docs"
+    )
+    router: RouterConfig = setting(
+        default_factory=RouterConfig, help="route and discover: embedding, domains, drift, jobs"
+    )
+    experts: ExpertsConfig = setting(
+        default_factory=ExpertsConfig, help="the trunk, the expert store, the gate, serving"
+    )
+    serve: ServeConfig = setting(default_factory=ServeConfig, help="`worx serve`'s HTTP API")
+    trainer: TrainerConfig = setting(
+        default_factory=TrainerConfig, help="the training node and its recipe"
+    )
+    monitor: MonitorConfig = setting(
+        default_factory=MonitorConfig, help="the forgetting monitor and its dashboard"
+    )
+    data_dir: str = setting("worx-data", help="expert store, snapshots, held-out sets, reports")
 
 
 def load_config(
     path: str | os.PathLike[str] | None = None, env: typing.Mapping[str, str] | None = None
 ) -> WorxConfig:
     """Read ``path`` (or $WORX_CONFIG, or ./worx.toml if it exists) and apply env overrides."""
+    return load_config_with_sources(path, env)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """Where :func:`load_config_with_sources` found each setting it did not leave at default."""
+
+    file: str | None  # the file read; None: none
+    file_keys: frozenset[str]  # dotted settings the file gives (``kafka.client.sasl.mechanism``)
+    variables: typing.Mapping[str, str]  # dotted setting -> the environment variable that set it
+
+    def of(self, dotted: str) -> tuple[str, str | None]:
+        """``("env", variable)``, ``("file", path)`` or ``("default", None)``: the last wins."""
+        if dotted in self.variables:
+            return "env", self.variables[dotted]
+        if dotted in self.file_keys:
+            return "file", self.file
+        return "default", None
+
+
+def load_config_with_sources(
+    path: str | os.PathLike[str] | None = None, env: typing.Mapping[str, str] | None = None
+) -> tuple[WorxConfig, Sources]:
+    """:func:`load_config`, and where each setting came from (`worx config show`)."""
     env = os.environ if env is None else env
     raw: dict[str, Any] = {}
     chosen = path or env.get("WORX_CONFIG")
@@ -140,10 +226,11 @@ def load_config(
             raw = tomllib.loads(file.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{file} is not valid TOML: {exc}") from exc
+    file_keys = frozenset(_dotted_leaves(raw))
     _check_variable_names(env)
     origins = _apply_env(raw, env)
     try:
-        return build(WorxConfig, raw, "", origins)
+        config = build(WorxConfig, raw, "", origins)
     except ConfigError as exc:  # a validate() message quoting a secret: name its variable
         message = str(exc)
         for dotted, variable in origins.items():
@@ -153,6 +240,23 @@ def load_config(
         if message == str(exc):
             raise
         raise ConfigError(message) from None
+    chosen_name = None if chosen is None else str(chosen)
+    return config, Sources(file=chosen_name, file_keys=file_keys, variables=origins)
+
+
+def _dotted_leaves(raw: typing.Mapping[str, Any], where: str = "") -> list[str]:
+    """The dotted name of every value of a parsed file that is not itself a table."""
+    found = []
+    for key, value in raw.items():
+        dotted = f"{where}.{key}" if where else key
+        found += _dotted_leaves(value, dotted) if isinstance(value, dict) else [dotted]
+    return found
+
+
+def is_secret(dotted: str, hint: Any = None) -> bool:
+    """Whether a setting's value is never shown: its name looks secret, or it holds client
+    settings (a librdkafka key such as ``ssl.key.pem`` holds a private key under any name)."""
+    return bool(_SECRET.search(dotted)) or typing.get_origin(hint) is dict or hint is dict
 
 
 # WORX_* variables that are not settings (read elsewhere; see the module docstring)
@@ -271,7 +375,7 @@ def _origin(dotted: str, origins: typing.Mapping[str, str]) -> str:
 
 def _shown(value: Any, dotted: str, hint: Any, origins: typing.Mapping[str, str]) -> str:
     """How a refused value appears in an error: never itself where it may be a secret."""
-    if _SECRET.search(dotted) or typing.get_origin(hint) is dict or hint is dict:
+    if is_secret(dotted, hint):
         where = f"in {origins[dotted]} in the environment" if dotted in origins else "given"
         return f"a {type(value).__name__} {where} (value not shown: it may be a secret)"
     return f"{value!r}{_origin(dotted, origins)}"
