@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from experts.decoding import Continuation, decode, pieces
+from experts.decoding import UNFINISHED, Continuation, decode, pieces
 from experts.expert import Expert
 from experts.likelihood_routing import LikelihoodRouter
 from experts.manifest import Manifest
@@ -555,14 +555,22 @@ class ExpertServer:
         return self._with_table(work)
 
     def _top(self, log_probs: torch.Tensor, k: int) -> dict[str, float]:
-        """The ``k`` most likely tokens of ``log_probs (V,)``: their pieces (a token alone)
-        and log-probabilities, most likely first."""
+        """The ``k`` most likely tokens of ``log_probs (V,)``, most likely first: each
+        token's text alone, or its vocabulary entry where that text is not a whole
+        character or another of the k has it (the keys stay one per token)."""
         if k <= 0:
             return {}
         values, ids = torch.topk(log_probs, min(k, log_probs.numel()))
         tokenizer = self.trunk.tokenizer
-        pairs = zip(ids.tolist(), values.tolist(), strict=True)
-        return {decode(tokenizer, [i]): float(v) for i, v in pairs}
+        top: dict[str, float] = {}
+        for token, value in zip(ids.tolist(), values.tolist(), strict=True):
+            key = decode(tokenizer, [token])
+            if UNFINISHED in key or key in top:
+                key = str(tokenizer.convert_ids_to_tokens(token))
+            if key in top:
+                key = f"<token {token}>"
+            top[key] = float(value)
+        return top
 
     # ------------------------------------------------------------------ introspection
     def _routable(self, domain_id: str) -> bool:
