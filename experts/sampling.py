@@ -1,10 +1,12 @@
 """Seeded sampling for ``/generate``: temperature, top-k and top-p (nucleus) beside greedy.
 
 Greedy (temperature 0) stays the default and is Hugging Face's ``generate``. Sampling is
-a plain decoding loop over the model with its key/value cache, drawing every token from a
-``torch.Generator`` of the request's own seed, on the CPU: the same seed gives the same
-text whatever else the server runs at the same time (a global RNG would be shared by every
-worker thread). Order per step: temperature, then top-k, then top-p, as in Hugging Face.
+a plain decoding loop over the model with its key/value cache (:func:`steps`, which the
+OpenAI-compatible routes also run greedily, taking the most likely token each step),
+drawing every token from a ``torch.Generator`` of the request's own seed, on the CPU: the
+same seed gives the same text whatever else the server runs at the same time (a global RNG
+would be shared by every worker thread). Order per step: temperature, then top-k, then
+top-p, as in Hugging Face.
 
 Examples
 --------

@@ -12,10 +12,15 @@ Routes (JSON in, JSON out):
 * ``POST /generate`` ``{"text", "max_new_tokens"?, "experts"?, "temperature"?, "top_p"?,
   "top_k"?, "seed"?}``  continuation: greedy by default (temperature 0), else sampled with
   the seed (the same seed, the same text; see :mod:`experts.sampling`)
+* ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``: the same
+  scoring and generation in OpenAI's wire format, ``model`` naming the routing (``auto``,
+  a domain, an expert); errors there answer OpenAI's ``{"error": {"message", "type",
+  "param", "code"}}`` (:mod:`topology.serve.openai_api`)
 
-Every error answers ``{"error": reason}``: 421 a Host header that names another server
-(DNS rebinding; see ``allowed_hosts``), 400 a bad request (bad JSON, NaN/Infinity, a
-weight that is not a finite number in [0, 1000]), 401 a missing or wrong token (when
+Every error answers ``{"error": reason}`` (on ``/v1``: in OpenAI's shape): 421 a Host
+header that names another server (DNS rebinding; see ``allowed_hosts``), 400 a bad
+request (bad JSON, NaN/Infinity, a weight that is not a finite number in [0, 1000]), 401
+a missing or wrong token (when
 ``api_token`` is set; ``/health`` then answers only its status and followers without
 one), 404 an unknown route or expert (dot segments and encoded slashes name nothing), 408
 a body not received in time, 413 a body over the limit, 503 when every worker is busy and
