@@ -208,6 +208,32 @@ def test_a_huge_body_is_413_before_it_is_read(served) -> None:
     assert "limit" in openai_error(exchange(served.port, head, timeout_s=BOUND_S), 413)["message"]
 
 
+def test_a_10_mb_body_streamed_without_a_length_is_cut_off_at_the_limit(served) -> None:
+    text = json.dumps({"model": "auto", "prompt": "x" * (10 << 20)}).encode()
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(text[i : i + 65536]), text[i : i + 65536])
+        for i in range(0, len(text), 65536)
+    )
+    head = (
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\r\n"
+    ).encode()
+    answer = exchange(served.port, head, then=chunks + b"0\r\n\r\n", timeout_s=BOUND_S)
+    openai_error(answer, 413)
+
+
+def test_a_long_prompt_under_the_limit_is_cut_before_tokenisation(served) -> None:
+    prompt = "def f(x):\n    return x\n" * 36_000  # ~860 KB, under the 1 MiB limit
+    body = {"model": "auto", "prompt": prompt, "max_tokens": 0, "echo": True}
+    answer = post(served.port, "/v1/completions", body)
+    assert answer.status == 200, answer.body[:300]
+    assert answer.json()["worx"]["truncated"] is True
+    assert answer.json()["usage"]["prompt_tokens"] == served.server.max_tokens
+    long_chat = {**GOOD["/v1/chat/completions"], "messages": [{"role": "user", "content": prompt}]}
+    answer = post(served.port, "/v1/chat/completions", long_chat)
+    assert answer.status == 200 and answer.json()["worx"]["truncated"] is True
+
+
 def test_path_tricks_name_nothing(served) -> None:
     for path in ("/v1/../v1/models", "/v1/%2e%2e/health", "//v1/models", "/v1/models%00"):
         answer = exchange(served.port, request("GET", path, headers=AUTH), timeout_s=BOUND_S)

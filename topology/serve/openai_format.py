@@ -17,7 +17,8 @@ and stop where the trunk starts the next turn (:data:`CHAT_STOP`).
 Sampling is OpenAI's: ``temperature`` 1 unless given, 0 the most likely token each step,
 ``top_p`` and ``seed`` (and ``top_k``, beyond OpenAI's parameters) as in
 :mod:`experts.sampling`. ``max_tokens`` above the server's bound (``experts.max_new_tokens``)
-is cut to it, and the answer ends with ``finish_reason`` ``length``.
+is cut to it, and the answer ends with ``finish_reason`` ``length``; without one, a
+completion gets 16 tokens (OpenAI's default) and a chat answer the bound.
 """
 
 from __future__ import annotations
@@ -244,12 +245,14 @@ def _stop(body: dict[str, Any], extra: Sequence[str] = ()) -> tuple[str, ...]:
     return tuple(dict.fromkeys(s for s in (*stop, *extra) if s))
 
 
-def _max_tokens(body: dict[str, Any], names: Sequence[str], bound: int, low: int) -> int:
+def _max_tokens(
+    body: dict[str, Any], names: Sequence[str], bound: int, low: int, default: int
+) -> int:
     for name in names:
         value = _int(body, name, low)
         if value is not None:
             return min(value, bound)
-    return min(DEFAULT_MAX_TOKENS, bound)
+    return min(default, bound)
 
 
 def _stream(body: dict[str, Any]) -> tuple[bool, bool]:
@@ -279,7 +282,7 @@ def completion_request(body: dict[str, Any], bound: int) -> Request:
     return Request(
         model=body.get("model"),  # type: ignore[arg-type] # resolve_model checks it
         prompt=prompt,
-        max_tokens=_max_tokens(body, ("max_tokens",), bound, 0),
+        max_tokens=_max_tokens(body, ("max_tokens",), bound, 0, DEFAULT_MAX_TOKENS),
         sampling=_sampling(body),
         stop=_stop(body),
         logprobs=logprobs,
@@ -303,7 +306,7 @@ def chat_request(body: dict[str, Any], bound: int) -> Request:
     return Request(
         model=body.get("model"),  # type: ignore[arg-type]
         prompt=chat_prompt(body.get("messages")),
-        max_tokens=_max_tokens(body, ("max_completion_tokens", "max_tokens"), bound, 1),
+        max_tokens=_max_tokens(body, ("max_completion_tokens", "max_tokens"), bound, 1, bound),
         sampling=_sampling(body),
         stop=_stop(body, CHAT_STOP),
         logprobs=logprobs,
