@@ -82,10 +82,14 @@ class Continuation:
     def _held(self, text: str) -> int:
         """Characters at the end of ``text`` that may not be shown yet: an unfinished
         character, or the start of a stop string."""
-        if text.endswith(UNFINISHED):
-            return len(text) - len(text.rstrip(UNFINISHED))
-        return max(
-            (k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0
+        finished = text.rstrip(UNFINISHED)
+        return (
+            len(text)
+            - len(finished)
+            + max(
+                (k for s in self.stop for k in range(1, len(s)) if finished.endswith(s[:k])),
+                default=0,
+            )
         )
 
     def _show(self, upto: int) -> str:
