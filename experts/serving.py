@@ -513,12 +513,13 @@ class ExpertServer:
         def work(table: ExpertTable) -> dict[str, Any]:
             weights, routing = self._weights(text, table, expert_weights, domain=domain)
             continuation = Continuation(tokenizer, stop)
-            rows: list[torch.Tensor] = []
+            scored: list[tuple[float, dict[str, float]]] = []  # per token: its, the top k
             finish = "length"
             with torch.no_grad(), Mixture(self.trunk, table).routing([weights]):
                 for token, logits in steps(model, input_ids, max_new_tokens, sampling, end_ids):
                     if top_logprobs is not None:
-                        rows.append(torch.log_softmax(logits.float(), dim=-1))
+                        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (V,)
+                        scored.append((float(log_probs[token]), self._top(log_probs, top_logprobs)))
                     shown = continuation.add(token)
                     if shown and on_text is not None and on_text(shown) is False:
                         finish = "cancelled"
@@ -533,11 +534,10 @@ class ExpertServer:
             tokens = None
             if top_logprobs is not None:
                 tokens, at = [], 0
-                for token, piece, row in zip(ids, pieces(tokenizer, ids), rows, strict=True):
+                for piece, (logprob, top) in zip(pieces(tokenizer, ids), scored, strict=True):
                     if at >= len(continuation.text) and continuation.stopped:
                         break  # the tokens of the stop string
-                    top = self._top(row, top_logprobs)
-                    tokens.append({"text": piece, "logprob": float(row[token]), "top": top})
+                    tokens.append({"text": piece, "logprob": logprob, "top": top})
                     at += len(piece)
             return {
                 "experts": weights,
