@@ -284,15 +284,7 @@ class Mixture:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Next-token cross-entropy of every position: ``(B, T-1)`` losses and ``(B, T-1)`` mask."""
         logits = self.forward(input_ids, attention_mask, weights)  # (B, T, V)
-        targets = input_ids[:, 1:]  # (B, T-1)
-        losses = F.cross_entropy(
-            logits[:, :-1].transpose(1, 2).float(), targets, reduction="none"
-        )  # (B, T-1)
-        if attention_mask is None:
-            mask = torch.ones_like(targets, dtype=losses.dtype)
-        else:
-            mask = (attention_mask[:, 1:] * attention_mask[:, :-1]).to(losses.dtype)  # (B, T-1)
-        return losses * mask, mask
+        return next_token_losses(logits, input_ids, attention_mask)
 
     def loss(
         self,
@@ -303,3 +295,19 @@ class Mixture:
         """Mean next-token loss of each sequence, ``(B,)`` (padding excluded)."""
         losses, mask = self.token_losses(input_ids, attention_mask, weights)
         return losses.sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)  # (B,)
+
+
+def next_token_losses(
+    logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token cross-entropy of ``logits (B, T, V)`` against ``input_ids (B, T)``:
+    ``(B, T-1)`` losses (0 at padding) and ``(B, T-1)`` mask."""
+    targets = input_ids[:, 1:]  # (B, T-1)
+    losses = F.cross_entropy(
+        logits[:, :-1].transpose(1, 2).float(), targets, reduction="none"
+    )  # (B, T-1)
+    if attention_mask is None:
+        mask = torch.ones_like(targets, dtype=losses.dtype)
+    else:
+        mask = (attention_mask[:, 1:] * attention_mask[:, :-1]).to(losses.dtype)  # (B, T-1)
+    return losses * mask, mask

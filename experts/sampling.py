@@ -1,10 +1,12 @@
 """Seeded sampling for ``/generate``: temperature, top-k and top-p (nucleus) beside greedy.
 
 Greedy (temperature 0) stays the default and is Hugging Face's ``generate``. Sampling is
-a plain decoding loop over the model with its key/value cache, drawing every token from a
-``torch.Generator`` of the request's own seed, on the CPU: the same seed gives the same
-text whatever else the server runs at the same time (a global RNG would be shared by every
-worker thread). Order per step: temperature, then top-k, then top-p, as in Hugging Face.
+a plain decoding loop over the model with its key/value cache (:func:`steps`, which the
+OpenAI-compatible routes also run greedily, taking the most likely token each step),
+drawing every token from a ``torch.Generator`` of the request's own seed, on the CPU: the
+same seed gives the same text whatever else the server runs at the same time (a global RNG
+would be shared by every worker thread). Order per step: temperature, then top-k, then
+top-p, as in Hugging Face.
 
 Examples
 --------
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -115,6 +117,35 @@ def next_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Genera
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+def steps(
+    model: Any,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    sampling: Sampling | None,
+    stop_ids: Iterable[int] = (),
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """``(token id, its step's logits (V,))`` for up to ``max_new_tokens`` tokens after
+    ``input_ids`` (shape ``(1, T)``), ending with (and including) the first of ``stop_ids``:
+    the most likely token each step (``sampling`` None), else drawn as ``sampling`` says.
+    Iterate under ``torch.no_grad()`` (and the mixture's routing)."""
+    generator = None if sampling is None else torch.Generator().manual_seed(sampling.seed)
+    stop = set(stop_ids)
+    past = None
+    step_input = input_ids
+    for _ in range(max_new_tokens):
+        out = model(input_ids=step_input, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        logits = out.logits[0, -1]
+        if sampling is None:
+            token = int(logits.argmax())
+        else:
+            token = next_token(logits, sampling, generator)
+        yield token, logits
+        if token in stop:
+            return
+        step_input = torch.tensor([[token]], dtype=torch.long, device=input_ids.device)
+
+
 def sample(
     model: Any,
     input_ids: torch.Tensor,
@@ -125,20 +156,7 @@ def sample(
     """Up to ``max_new_tokens`` token ids sampled after ``input_ids`` (shape ``(1, T)``),
     ending with (and including) the first of ``stop_ids``, as Hugging Face's generate
     does. Call under ``torch.no_grad()`` (and the mixture's routing)."""
-    generator = torch.Generator().manual_seed(sampling.seed)
-    stop = set(stop_ids)
-    new: list[int] = []
-    past = None
-    step_input = input_ids
-    for _ in range(max_new_tokens):
-        out = model(input_ids=step_input, past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        token = next_token(out.logits[0, -1], sampling, generator)
-        new.append(token)
-        if token in stop:
-            break
-        step_input = torch.tensor([[token]], dtype=torch.long, device=input_ids.device)
-    return new
+    return [token for token, _ in steps(model, input_ids, max_new_tokens, sampling, stop_ids)]
 
 
 def stop_ids_of(model: Any) -> list[int]:

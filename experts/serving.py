@@ -22,18 +22,20 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from experts.decoding import UNFINISHED, Continuation, decode, pieces
 from experts.expert import Expert
 from experts.likelihood_routing import LikelihoodRouter
 from experts.manifest import Manifest
-from experts.mixture import Mixture
+from experts.mixture import Mixture, next_token_losses
 from experts.records import ExpertRegistration
-from experts.sampling import Sampling, sample, stop_ids_of
+from experts.sampling import Sampling, sample, steps, stop_ids_of
 from experts.store import ExpertRefused, ExpertStore
 from experts.table import ExpertTable
 from experts.trunk import Trunk
@@ -268,7 +270,7 @@ class ExpertServer:
     ) -> tuple[GateDecision, dict[str, Any] | None, dict[str, Any] | None]:
         """The decision, what the likelihood step saw (None: it did not run), and with
         ``explain`` the gate's decision explained (:func:`router.explain.explain_route`)."""
-        embedding = np.asarray(self.embedder.embed([text]))[0]  # (dim,)
+        embedding = self._embed(text)
         experts = table.by_domain
         if explain:
             decision, why = explain_route(embedding, self.domains, experts, self.gate, len(text))
@@ -290,16 +292,24 @@ class ExpertServer:
             why = _with_rerank(why, chosen, likelihood, self.likelihood, self.domains)
         return chosen, likelihood, why
 
+    def _embed(self, text: str) -> np.ndarray:
+        return np.asarray(self.embedder.embed([text]))[0]  # (dim,)
+
     def _weights(
         self,
         text: str,
         table: ExpertTable,
         expert_weights: dict[str, float] | None,
         explain: bool = False,
+        domain: str | None = None,
     ) -> tuple[dict[str, float], dict[str, Any]]:
         """The weights to serve ``text`` with, and what the answer says about the routing
         (with ``explain``: the gate's reasons under ``explain``, even when the request named
-        its experts)."""
+        its experts). ``domain``: the gate's weights among that domain's experts, whatever
+        domain the text itself would get."""
+        if domain is not None and expert_weights is None:
+            weights = self.gate.domain_weights(self._embed(text), table.by_domain, domain)
+            return weights, {"routed_by": "domain", "domain": domain}
         if expert_weights is not None:
             unknown = sorted(set(expert_weights) - set(table))
             if unknown:
@@ -351,24 +361,35 @@ class ExpertServer:
             raise
 
     def score(
-        self, text: str, expert_weights: dict[str, float] | None = None, explain: bool = False
+        self,
+        text: str,
+        expert_weights: dict[str, float] | None = None,
+        explain: bool = False,
+        *,
+        domain: str | None = None,
+        top_logprobs: int | None = None,
     ) -> dict[str, Any]:
         """Per-token loss and perplexity of ``text`` under the mixture the gate picks.
 
-        ``expert_weights`` overrides the gate (names must be registered experts). With
+        ``expert_weights`` overrides the gate (names must be registered experts), and
+        ``domain`` picks the domain whose experts serve (:meth:`_weights`). With
         ``explain``, the answer's ``explain`` says why (:meth:`explain`), with the
-        perplexity of the trunk alone beside the mixture's (one forward of both rows).
+        perplexity of the trunk alone beside the mixture's (one forward of both rows). With
+        ``top_logprobs`` (k >= 0), the answer adds ``pieces`` (each token's piece of the
+        text, the first token included) and ``top_logprobs`` (per scored token, the k most
+        likely tokens' pieces and log-probabilities).
         """
         input_ids, cut = self._encode(text, self.max_tokens)
         if input_ids.shape[1] < 2:
             raise RequestError("'text' must be at least two tokens long to be scored")
 
         def work(table: ExpertTable) -> dict[str, Any]:
-            weights, routing = self._weights(text, table, expert_weights, explain)
+            weights, routing = self._weights(text, table, expert_weights, explain, domain)
             rows = [weights, {}] if explain and weights else [weights]
             batch = input_ids.expand(len(rows), -1)  # (R, T)
             with torch.no_grad():
-                losses, _ = Mixture(self.trunk, table).token_losses(batch, None, rows)
+                logits = Mixture(self.trunk, table).forward(batch, None, rows)  # (R, T, V)
+                losses, _ = next_token_losses(logits, batch)
             token_losses = [float(v) for v in losses[0]]
             mean = sum(token_losses) / len(token_losses)
             if explain:
@@ -379,7 +400,7 @@ class ExpertServer:
                     "tokens": len(token_losses) + 1,
                 }
             tokens = self.trunk.tokenizer.convert_ids_to_tokens(input_ids[0].tolist())
-            return {
+            result = {
                 "experts": weights,
                 **routing,
                 "table_version": table.version,
@@ -389,6 +410,11 @@ class ExpertServer:
                 "perplexity": math.exp(min(mean, 700.0)),
                 "truncated": cut,
             }
+            if top_logprobs is not None:
+                result["pieces"] = pieces(self.trunk.tokenizer, input_ids[0].tolist())
+                log_probs = torch.log_softmax(logits[0, :-1].float(), dim=-1)  # (T-1, V)
+                result["top_logprobs"] = [self._top(row, top_logprobs) for row in log_probs]
+            return result
 
         return self._with_table(work)
 
@@ -412,11 +438,7 @@ class ExpertServer:
     ) -> dict[str, Any]:
         """Continuation of ``text`` under the mixture the gate picks: greedy, or drawn as
         ``sampling`` says (:mod:`experts.sampling`; the same seed gives the same text)."""
-        bound = min(self.max_new_tokens, self.max_tokens - 1)
-        if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= bound:
-            raise RequestError(f"'max_new_tokens' must be an int in [1, {bound}]")
-        # the prompt's tail, so that prompt + continuation fit the trunk's positions
-        input_ids, cut = self._encode(text, self.max_tokens - max_new_tokens, keep_tail=True)
+        input_ids, cut = self._prompt(text, max_new_tokens)
         tokenizer = self.trunk.tokenizer
 
         def work(table: ExpertTable) -> dict[str, Any]:
@@ -446,6 +468,109 @@ class ExpertServer:
             }
 
         return self._with_table(work)
+
+    @property
+    def max_new_bound(self) -> int:
+        """The most tokens one request may generate (``max_new_tokens``, and one position
+        left for the prompt)."""
+        return min(self.max_new_tokens, self.max_tokens - 1)
+
+    def _prompt(self, text: str, max_new_tokens: int) -> tuple[torch.Tensor, bool]:
+        bound = self.max_new_bound
+        if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= bound:
+            raise RequestError(f"'max_new_tokens' must be an int in [1, {bound}]")
+        # the prompt's tail, so that prompt + continuation fit the trunk's positions
+        return self._encode(text, self.max_tokens - max_new_tokens, keep_tail=True)
+
+    def complete(
+        self,
+        text: str,
+        max_new_tokens: int = 32,
+        expert_weights: dict[str, float] | None = None,
+        sampling: Sampling | None = None,
+        *,
+        domain: str | None = None,
+        top_logprobs: int | None = None,
+        stop: Sequence[str] = (),
+        on_text: Callable[[str], bool] | None = None,
+    ) -> dict[str, Any]:
+        """Continuation of ``text`` token by token: the most likely token each step, or
+        drawn as ``sampling`` says; ended by the trunk's end-of-text token (``finish_reason``
+        ``stop``), the first of ``stop`` (cut before it; ``stop``), ``max_new_tokens``
+        (``length``), or ``on_text`` answering False (``cancelled``).
+
+        ``on_text(text)`` is called with the text as it becomes safe to show (never part of
+        a stop string); the calls join to the answer's ``text``. With ``top_logprobs``
+        (k >= 0), ``tokens`` lists each token's piece, log-probability and the k most likely
+        tokens of its step (log-probabilities of the mixture's own distribution, before
+        any temperature).
+        """
+        input_ids, cut = self._prompt(text, max_new_tokens)
+        tokenizer = self.trunk.tokenizer
+        model = self.trunk.model
+        end_ids = set(stop_ids_of(model))
+
+        def work(table: ExpertTable) -> dict[str, Any]:
+            weights, routing = self._weights(text, table, expert_weights, domain=domain)
+            continuation = Continuation(tokenizer, stop)
+            scored: list[tuple[float, dict[str, float]]] = []  # per token: its, the top k
+            finish = "length"
+            with torch.no_grad(), Mixture(self.trunk, table).routing([weights]):
+                for token, logits in steps(model, input_ids, max_new_tokens, sampling, end_ids):
+                    if top_logprobs is not None:
+                        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (V,)
+                        scored.append((float(log_probs[token]), self._top(log_probs, top_logprobs)))
+                    shown = continuation.add(token)
+                    if shown and on_text is not None and on_text(shown) is False:
+                        finish = "cancelled"
+                        break
+                    if continuation.stopped or token in end_ids:
+                        finish = "stop"
+                        break
+            rest = continuation.rest()
+            if rest and on_text is not None and finish != "cancelled":
+                on_text(rest)
+            ids = continuation.ids
+            tokens = None
+            if top_logprobs is not None:
+                tokens, at = [], 0
+                for piece, (logprob, top) in zip(pieces(tokenizer, ids), scored, strict=True):
+                    if at >= len(continuation.text) and continuation.stopped:
+                        break  # the tokens of the stop string
+                    tokens.append({"text": piece, "logprob": logprob, "top": top})
+                    at += len(piece)
+            return {
+                "experts": weights,
+                **routing,
+                "table_version": table.version,
+                "text": continuation.text,
+                "finish_reason": finish,
+                "prompt_tokens": int(input_ids.shape[1]),
+                "new_tokens": len(ids),
+                "tokens": tokens,
+                "sampling": None if sampling is None else sampling.to_dict(),
+                "truncated": cut,
+            }
+
+        return self._with_table(work)
+
+    def _top(self, log_probs: torch.Tensor, k: int) -> dict[str, float]:
+        """The ``k`` most likely tokens of ``log_probs (V,)``, most likely first: each
+        token's text alone, or its vocabulary entry where that text is not a whole
+        character or another of the k has it (the keys stay one per token)."""
+        if k <= 0:
+            return {}
+        values, ids = torch.topk(log_probs, min(k, log_probs.numel()))
+        tokenizer = self.trunk.tokenizer
+        top: dict[str, float] = {}
+        for token, value in zip(ids.tolist(), values.tolist(), strict=True):
+            key = decode(tokenizer, [token])
+            if UNFINISHED in key or key in top:
+                key = str(tokenizer.convert_ids_to_tokens(token))
+            if key in top:
+                key = f"<token {token}>"
+            top[key] = float(value)
+        return top
 
     # ------------------------------------------------------------------ introspection
     def _routable(self, domain_id: str) -> bool:

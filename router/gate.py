@@ -231,10 +231,19 @@ class Gate:
         """
         x = np.asarray(embedding, dtype=np.float32).reshape(-1)  # (dim,)
         domain_id, similarity, version, _ = self.choose_domain(x, domains, chars)
+        return GateDecision(
+            domain_id, similarity, self.domain_weights(x, experts, domain_id), version
+        )
+
+    def domain_weights(
+        self, embedding: np.ndarray, experts: DomainExperts, domain_id: str | None
+    ) -> dict[str, float]:
+        """The second step of :meth:`decide`: the weights of ``domain_id``'s experts for
+        ``embedding (dim,)`` (``{}``, the trunk alone, when the domain has none)."""
         index = experts.of(domain_id)
         if index is None:
-            return GateDecision(domain_id, similarity, {}, version)
-        return GateDecision(domain_id, similarity, self._mix(x, index), version)
+            return {}
+        return self._mix(np.asarray(embedding, dtype=np.float32).reshape(-1), index)
 
     def length_scale(self, chars: int) -> float:
         """How much closer than ``floor * cohesion`` a text of ``chars`` must come (<= 1)."""

@@ -4,7 +4,8 @@
   daemon thread, with the limits of :class:`HttpLimits` (idle/slow-header timeout, header
   sizes, body size), so a synchronous command can start, query and stop it.
 * Middlewares: :func:`json_errors` (every error answers ``{"error": ...}``, never an
-  exception text or a traceback), :func:`refuse_path_tricks` (dot segments, encoded
+  exception text or a traceback; an application may give the paths under a prefix
+  another shape, :data:`ERROR_SHAPES`), :func:`refuse_path_tricks` (dot segments, encoded
   slashes: 404), :func:`bearer_token` (``Authorization: Bearer <token>``; 401 otherwise),
   :func:`host_check` (the Host header must name this server: no DNS rebinding).
 * :func:`read_json` reads a JSON object body under a size limit and a read timeout, and
@@ -37,6 +38,9 @@ WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 PARSE_ON_LOOP_BYTES = 64 << 10  # larger JSON bodies are parsed on a worker thread
 # set by bearer_token on every request: whether it carried the token (True when none is set)
 AUTHORIZED = web.RequestKey("authorized", bool)
+# path prefix -> shape(status, reason, exception) -> the JSON error body of paths under it
+ErrorShape = Callable[[int, str, BaseException], dict[str, Any]]
+ERROR_SHAPES = web.AppKey("error_shapes", dict[str, ErrorShape])
 _PATH_TRICK = re.compile(r"(^|/)\.\.?(/|$)|%2f|%5c|%2e|%00|\\", re.IGNORECASE)
 
 
@@ -68,12 +72,35 @@ def dumps(body: Any) -> str:
     return json.dumps(body, ensure_ascii=False, allow_nan=False)
 
 
+def json_answer(body: Any, status: int = 200) -> web.Response:
+    """``body`` as a JSON response; a NaN or infinity in it is a 500, never sent."""
+    try:
+        text = dumps(body)
+    except ValueError:  # a NaN or infinity from the model: never sent as a number
+        raise HttpError(500, "the model produced a non-finite number for this request") from None
+    return web.Response(text=text, status=status, content_type="application/json")
+
+
+def _error(
+    request: web.Request,
+    status: int,
+    reason: str,
+    headers: dict[str, str] | None,
+    exc: BaseException,
+) -> web.Response:
+    """The error answer in the shape of the request's path (:data:`ERROR_SHAPES`)."""
+    for prefix, shape in request.app.get(ERROR_SHAPES, {}).items():
+        if request.path.startswith(prefix):
+            return web.json_response(shape(status, reason, exc), status=status, headers=headers)
+    return error_response(status, reason, headers)
+
+
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except HttpError as exc:
-        response = error_response(exc.status, exc.reason, exc.headers)
+        response = _error(request, exc.status, exc.reason, exc.headers, exc)
         if exc.status == 408:
             response.force_close()
         return response
@@ -83,12 +110,12 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         routing = exc.status in (404, 405)
         reason = f"no route {request.method} {request.path[:100]}" if routing else exc.reason
         headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
-        return error_response(exc.status, reason, headers)
+        return _error(request, exc.status, reason, headers, exc)
     except (asyncio.CancelledError, ConnectionError):
         raise
-    except Exception:
+    except Exception as exc:
         log.exception("%s %s failed", request.method, request.path)
-        return error_response(500, "internal error; the server log has the details")
+        return _error(request, 500, "internal error; the server log has the details", None, exc)
 
 
 @web.middleware

@@ -12,10 +12,15 @@ Routes (JSON in, JSON out):
 * ``POST /generate`` ``{"text", "max_new_tokens"?, "experts"?, "temperature"?, "top_p"?,
   "top_k"?, "seed"?}``  continuation: greedy by default (temperature 0), else sampled with
   the seed (the same seed, the same text; see :mod:`experts.sampling`)
+* ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``: the same
+  scoring and generation in OpenAI's wire format, ``model`` naming the routing (``auto``,
+  a domain, an expert); errors there answer OpenAI's ``{"error": {"message", "type",
+  "param", "code"}}`` (:mod:`topology.serve.openai_api`)
 
-Every error answers ``{"error": reason}``: 421 a Host header that names another server
-(DNS rebinding; see ``allowed_hosts``), 400 a bad request (bad JSON, NaN/Infinity, a
-weight that is not a finite number in [0, 1000]), 401 a missing or wrong token (when
+Every error answers ``{"error": reason}`` (on ``/v1``: in OpenAI's shape): 421 a Host
+header that names another server (DNS rebinding; see ``allowed_hosts``), 400 a bad
+request (bad JSON, NaN/Infinity, a weight that is not a finite number in [0, 1000]), 401
+a missing or wrong token (when
 ``api_token`` is set; ``/health`` then answers only its status and followers without
 one), 404 an unknown route or expert (dot segments and encoded slashes name nothing), 408
 a body not received in time, 413 a body over the limit, 503 when every worker is busy and
@@ -40,6 +45,7 @@ from aiohttp import web
 
 from experts.sampling import SamplingError, parse_sampling
 from experts.serving import ExpertServer, RequestError
+from topology.serve.openai_api import OpenAIRoutes
 from worx.ids import UnsafeIdError, validate_id
 from worx.web import (
     AUTHORIZED,
@@ -47,9 +53,9 @@ from worx.web import (
     HttpError,
     HttpLimits,
     bearer_token,
-    dumps,
     follower_health,
     host_check,
+    json_answer,
     json_errors,
     read_json,
     refuse_path_tricks,
@@ -111,6 +117,7 @@ class ServeAPI:
         app.router.add_get("/experts/{expert_id}", self.expert)
         app.router.add_post("/score", self.score)
         app.router.add_post("/generate", self.generate)
+        OpenAIRoutes(self).add_to(app)
         app.on_cleanup.append(self._cleanup)
         return app
 
@@ -126,10 +133,10 @@ class ServeAPI:
         }
         if request[AUTHORIZED]:
             body = {**self.server.health(), **body, "busy_refusals": self.busy_refusals}
-        return _json(body, 200 if alive else 503)
+        return json_answer(body, 200 if alive else 503)
 
     async def experts(self, _request: web.Request) -> web.Response:
-        return _json({"experts": self.server.experts()})
+        return json_answer({"experts": self.server.experts()})
 
     async def expert(self, request: web.Request) -> web.Response:
         expert_id = request.match_info["expert_id"]
@@ -139,21 +146,21 @@ class ServeAPI:
             manifest = None
         if manifest is None:
             raise HttpError(404, "no such expert; GET /experts lists them")
-        return _json(manifest.to_dict())
+        return json_answer(manifest.to_dict())
 
     async def score(self, request: web.Request) -> web.Response:
         body = await read_json(request, self.limits)
-        text, cut = self._cut(body.get("text"), keep_tail=False)
+        text, cut = self.cut(body.get("text"), keep_tail=False)
         weights = _weights(body.get("experts"))
         explain = body.get("explain", False)
         if not isinstance(explain, bool):
             raise HttpError(400, "'explain' must be true or false")
-        result = await self._run(self.server.score, text, weights, explain)
-        return _json({**result, "truncated": result["truncated"] or cut})
+        result = await self.run(self.server.score, text, weights, explain)
+        return json_answer({**result, "truncated": result["truncated"] or cut})
 
     async def generate(self, request: web.Request) -> web.Response:
         body = await read_json(request, self.limits)
-        text, cut = self._cut(body.get("text"), keep_tail=True)
+        text, cut = self.cut(body.get("text"), keep_tail=True)
         max_new = body.get("max_new_tokens", 32)
         if isinstance(max_new, bool) or not isinstance(max_new, int):
             raise HttpError(400, "'max_new_tokens' must be an integer")
@@ -162,19 +169,22 @@ class ServeAPI:
             sampling = parse_sampling(body)  # none of temperature/top_p/top_k/seed: greedy
         except SamplingError as exc:
             raise HttpError(400, str(exc)) from None
-        result = await self._run(self.server.generate, text, max_new, weights, sampling)
-        return _json({**result, "truncated": result["truncated"] or cut})
+        result = await self.run(self.server.generate, text, max_new, weights, sampling)
+        return json_answer({**result, "truncated": result["truncated"] or cut})
 
     # ------------------------------------------------------------------ helpers
-    def _cut(self, text: Any, keep_tail: bool) -> tuple[Any, bool]:
+    def cut(self, text: Any, keep_tail: bool) -> tuple[Any, bool]:
         """``text`` cut to the character budget before any tokeniser sees it."""
         budget = self.server.max_tokens * self.chars_per_token
         if not isinstance(text, str) or len(text) <= budget:
             return text, False  # the server refuses a text that is not a string
         return (text[-budget:] if keep_tail else text[:budget]), True
 
-    async def _run(self, fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
-        """``fn(*args)`` on the worker pool; 503 at once when the pool and queue are full."""
+    async def run(
+        self, fn: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any
+    ) -> dict[str, Any]:
+        """``fn(*args, **kwargs)`` on the worker pool; 503 at once when the pool and queue
+        are full."""
         if self.pending >= self.capacity:
             self.busy_refusals += 1
             raise HttpError(
@@ -183,7 +193,7 @@ class ServeAPI:
         self.pending += 1
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
+            return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
         except RequestError as exc:
             raise HttpError(400, str(exc)) from None
         finally:
@@ -206,14 +216,6 @@ def _weights(experts: Any) -> dict[str, float] | None:
                 400, f"weight of {expert_id[:64]!r} must be a finite number in [0, {MAX_WEIGHT:g}]"
             )
     return {k: float(v) for k, v in experts.items()}
-
-
-def _json(body: Any, status: int = 200) -> web.Response:
-    try:
-        text = dumps(body)
-    except ValueError:  # a NaN or infinity from the model: never sent as a number
-        raise HttpError(500, "the model produced a non-finite number for this request") from None
-    return web.Response(text=text, status=status, content_type="application/json")
 
 
 def make_http_server(

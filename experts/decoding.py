@@ -1,0 +1,99 @@
+"""Token ids to text while serving: each token's piece of the text, and stop strings.
+
+A token's *piece* is what it adds to the decoded text, so the pieces of a sequence join
+to its decoded text. A byte-level token that ends inside a multi-byte character adds
+nothing until the token that completes the character.
+
+:class:`Continuation` follows a continuation as it grows, token by token: the text that
+is safe to show (nothing of a stop string, nor of an unfinished character), and whether a
+stop string ended it; the text is cut before the stop string.
+
+Examples
+--------
+>>> class Letters:  # a tokenizer whose token i is the letter chr(97 + i)
+...     def decode(self, ids, skip_special_tokens=True):
+...         return "".join(chr(97 + i) for i in ids)
+>>> pieces(Letters(), [0, 1, 2])
+['a', 'b', 'c']
+>>> c = Continuation(Letters(), stop=["cd"])
+>>> [c.add(i) for i in (0, 1, 2)], c.stopped  # "c" could begin the stop string: held
+(['a', 'b', ''], False)
+>>> c.add(3), c.stopped, c.text
+('', True, 'ab')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+UNFINISHED = "\ufffd"  # what a tokenizer decodes an incomplete UTF-8 sequence to
+
+
+def decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    """The text of ``ids`` as the server answers it (special tokens left out)."""
+    return tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """Each token's piece of ``decode(ids)`` (they join to it)."""
+    out: list[str] = []
+    done = ""
+    for i in range(len(ids)):
+        text = decode(tokenizer, ids[: i + 1])
+        if (text.endswith(UNFINISHED) and i + 1 < len(ids)) or not text.startswith(done):
+            out.append("")  # an unfinished character (or a tokenizer's clean-up): later
+            continue
+        out.append(text[len(done) :])
+        done = text
+    if ids:
+        full = decode(tokenizer, ids)
+        out[-1] += full[len(done) :] if full.startswith(done) else ""
+    return out
+
+
+class Continuation:
+    """The text of a continuation growing one token at a time, cut at the first of
+    ``stop`` (the stop string itself is never part of the text)."""
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str] = ()) -> None:
+        self.tokenizer = tokenizer
+        self.stop = [s for s in stop if s]
+        self.ids: list[int] = []
+        self.text = ""  # the continuation so far (before a stop string, when one ended it)
+        self.stopped = False  # a stop string ended it
+        self.shown = 0  # characters of ``text`` handed out by add()
+
+    def add(self, token_id: int) -> str:
+        """Append one token; the text that became safe to show (may be empty)."""
+        self.ids.append(token_id)
+        text = decode(self.tokenizer, self.ids)
+        found = [i for i in (text.find(s) for s in self.stop) if i >= 0]
+        if found:
+            self.text, self.stopped = text[: min(found)], True
+            return self._show(len(self.text))
+        self.text = text
+        return self._show(len(text) - self._held(text))
+
+    def rest(self) -> str:
+        """The text not shown yet (call when the continuation ended)."""
+        return self._show(len(self.text))
+
+    def _held(self, text: str) -> int:
+        """Characters at the end of ``text`` that may not be shown yet: an unfinished
+        character, or the start of a stop string."""
+        finished = text.rstrip(UNFINISHED)
+        return (
+            len(text)
+            - len(finished)
+            + max(
+                (k for s in self.stop for k in range(1, len(s)) if finished.endswith(s[:k])),
+                default=0,
+            )
+        )
+
+    def _show(self, upto: int) -> str:
+        upto = max(upto, self.shown)
+        new = self.text[self.shown : upto]
+        self.shown = upto
+        return new
