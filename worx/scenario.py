@@ -145,13 +145,19 @@ class Scenario:
             yield walk.next(rng.choices(names, weights=weights)[0])
 
     def company(
-        self, n: int, seed: int = 0, shape: CompanyShape | None = None
+        self,
+        n: int,
+        seed: int = 0,
+        shape: CompanyShape | None = None,
+        domains: Sequence[str] | None = None,
     ) -> Iterator[LabelledDoc]:
-        """``n`` documents of a company-shaped stream over every domain: Zipf-like
-        frequencies, many kinds from the first document, others joining later, some
-        fading and coming back (:mod:`worx.company_stream`). Repeats as in :meth:`mixture`."""
-        plan = company_schedule(self.names, n, seed, shape)
-        walk = _Walk(self, self.names, random.Random(f"company-walk:{seed}"))
+        """``n`` documents of a company-shaped stream over ``domains`` (default: every
+        domain; their order does not matter): Zipf-like frequencies, many kinds from the
+        first document, others joining later, some fading and coming back
+        (:mod:`worx.company_stream`). Repeats as in :meth:`mixture`."""
+        names = sorted(set(self._check(domains)))
+        plan = company_schedule(names, n, seed, shape)
+        walk = _Walk(self, names, random.Random(f"company-walk:{seed}"))
         for name in plan:
             yield walk.next(name)
 

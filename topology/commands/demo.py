@@ -26,9 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo",
         help="run the whole loop on the embedded broker with the bundled corpus",
         description="Start the embedded broker and every stage (route, discover, trainer, "
-        "serve, monitor) as supervised processes, stream the bundled corpus as a company "
-        "would (the trunk's own domains first, then new domains one after another, then a "
-        "mixture, plus a few malformed records), and show live what happens. Ends with a "
+        "serve, monitor) as supervised processes, stream the bundled corpus (--stream "
+        "phased: the trunk's own domains first, then new domains one after another, then a "
+        "mixture; --stream company: every domain mixed from the start as a company's stream "
+        "is; either with a few malformed records), and show live what happens. Ends with a "
         "summary and writes the report (HTML, PNGs, JSON) into the run directory, beside "
         "the domain table (domains.json) and the experts, so that `worx serve --run DIR`, "
         "`worx explain TEXT --run DIR` and `worx domains --run DIR` explore the finished run "
@@ -51,6 +52,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--new-domains", help="comma-separated: the domains to discover")
     parser.add_argument("--per-domain", type=int, help="documents per domain phase")
     parser.add_argument("--mixture-docs", type=int, help="documents in the final mixture")
+    parser.add_argument(
+        "--stream",
+        choices=("phased", "company"),
+        default="phased",
+        help="phased: the old domains, then each new one, then a mixture (default); company: "
+        "the old and new domains mixed from the first document, Zipf-like frequencies, half "
+        "of them present from the start and the rest joining in the first half, some going "
+        "silent and coming back (worx/company_stream.py)",
+    )
+    parser.add_argument(
+        "--docs",
+        type=int,
+        help="--stream company: the stream's length (default: the phased stream's, each "
+        "domain's documents up to --per-domain plus --mixture-docs)",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after seconds")
     parser.add_argument("--no-serve", action="store_true", help="do not start `worx serve`")
     parser.add_argument(
@@ -85,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     from topology.loop.orchestrate import StageFailed
     from worx.errors import UserError
 
+    if args.docs is not None and args.stream != "company":
+        raise UserError("--docs sets the length of a company stream", "add --stream company")
     config = load_config(args.config)
     trunk = Path(args.trunk or config.experts.trunk_dir or default_trunk_dir())
     check_trunk_dir(trunk)  # a wrong --trunk: one line now, not every stage crashing
@@ -121,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         plan.per_domain = args.per_domain
     if args.mixture_docs is not None:
         plan.mixture_docs = args.mixture_docs
+    plan.stream, plan.docs = args.stream, args.docs
     plan.baseline = args.baseline
     plan.timeout_s = args.timeout
     plan.serve = not args.no_serve

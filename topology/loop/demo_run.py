@@ -1,9 +1,11 @@
 """`worx demo`: the whole loop on the embedded broker with the bundled corpus.
 
-The stream plays as a company's would: the trunk's own domains first, then new domains one
-after another, then a mixture of everything. Every stage runs as its own supervised
-process; the terminal shows the loop live; at the end a summary is printed and the report
-(HTML, PNGs, JSON) is written to the run directory.
+The stream (:func:`stream_lines`) is ``phased`` (the default: the trunk's own domains first,
+then new domains one after another, then a mixture of everything) or ``company`` (every
+selected domain mixed as a company's stream is, :meth:`Scenario.company`), with the same
+malformed lines mixed in either way. Every stage runs as its own supervised process; the
+terminal shows the loop live; at the end a summary is printed and the report (HTML, PNGs,
+JSON) is written to the run directory.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ingest.scenario import Scenario
+from ingest.scenario import LabelledDoc, Scenario
 from monitor import run_summary
 from monitor.history import MatrixHistory
 from monitor.summary_table import print_summary
@@ -28,6 +30,7 @@ from topology.loop.orchestrate import LoopOptions, RunningLoop, start_loop, watc
 from topology.loop.supervisor import ChildSpec, worx_argv
 from topology.loop.watcher import LoopState
 from worx.atomic import atomic_write_json
+from worx.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,11 @@ class DemoPlan:
     store_dir: Path | None = None  # where the stages keep experts (None: <run_dir>/experts)
     keep_serving: bool = False  # serve the finished run until Ctrl-C (loop/keep_serving.py)
     runtime: str = "plain"  # route + discover: "plain" or "flink" (topology/loop/orchestrate.py)
+    stream: str = "phased"  # the documents' order, one of STREAMS (demo_documents)
+    docs: int | None = None  # company: the stream's length (None: company_docs's default)
+
+
+STREAMS = ("phased", "company")
 
 
 # Malformed lines mixed into the stream, as a real one would have: each must come out on
@@ -66,24 +74,64 @@ BAD_LINES = (
 )
 
 
-def write_stream(plan: DemoPlan) -> tuple[Path, int]:
-    """The scenario as a JSON-lines file for `worx ingest`, with a few malformed lines spread
-    through it; returns its path and the number of lines."""
+def company_docs(plan: DemoPlan, scenario: Scenario) -> int:
+    """The company stream's length when ``plan.docs`` is None: the phased stream's of the
+    same plan, each selected domain's documents up to ``per_domain`` plus ``mixture_docs``
+    (the bundled corpus, default plan: 7 x 320 + 300 = 2,540)."""
+    names = [*plan.old_domains, *plan.new_domains]
+    sizes = [len(scenario.domains.get(name, ())) for name in names]  # unknown: refused later
+    return sum(min(plan.per_domain, size) for size in sizes) + plan.mixture_docs
+
+
+def demo_documents(plan: DemoPlan) -> list[LabelledDoc]:
+    """The plan's documents in stream order, over its old and new domains: ``phased`` (the
+    old domains, then each new one, then a mixture) or ``company``
+    (:meth:`Scenario.company`, ``plan.docs`` long, default :func:`company_docs`).
+
+    Raises
+    ------
+    UserError
+        For an unknown stream, a length below 1 or a domain the corpus does not have.
+    """
+    if plan.stream not in STREAMS:
+        raise UserError(f"unknown stream {plan.stream!r}", f"use one of {', '.join(STREAMS)}")
     scenario = Scenario.from_directory(plan.corpus_dir)
     order = [*plan.old_domains, *plan.new_domains]
+    if plan.stream == "phased":
+        stream = scenario.phases_then_mixture(order, plan.per_domain, plan.mixture_docs, plan.seed)
+        return list(stream)
+    n = plan.docs if plan.docs is not None else company_docs(plan, scenario)
+    docs = list(scenario.company(n, plan.seed, domains=order))  # an unknown domain raises
+    if not docs:
+        raise UserError(f"a company stream of {n} documents", "pass --docs N with N >= 1")
+    missing = sorted(set(order) - {doc.domain for doc in docs})
+    if missing:  # rare kinds joining late: their share of a short stream can round to none
+        log.warning("the company stream of %d documents has none of %s", n, ", ".join(missing))
+    return docs
+
+
+def stream_lines(plan: DemoPlan) -> list[str]:
+    """The stream of either kind as the lines of a JSON-lines file for `worx ingest`: the
+    plan's documents with the malformed lines of :data:`BAD_LINES` spread through them
+    (one before every 400th document from the 200th on, while they last)."""
+    lines = []
+    for index, doc in enumerate(demo_documents(plan)):
+        if index % 400 == 199 and index // 400 < len(BAD_LINES):
+            lines.append(BAD_LINES[index // 400])
+        lines.append(doc.to_json_line())
+    return lines
+
+
+def write_stream(plan: DemoPlan) -> tuple[Path, int]:
+    """:func:`stream_lines` written to ``<run_dir>/stream.jsonl``; returns its path and the
+    number of lines."""
     # the whole stream first: an unknown domain is refused before the run directory exists
-    docs = list(scenario.phases_then_mixture(order, plan.per_domain, plan.mixture_docs, plan.seed))
+    lines = stream_lines(plan)
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     path = plan.run_dir / "stream.jsonl"
-    count = 0
     with open(path, "w", encoding="utf-8") as out:
-        for index, doc in enumerate(docs):
-            if index % 400 == 199 and index // 400 < len(BAD_LINES):
-                out.write(BAD_LINES[index // 400] + "\n")
-                count += 1
-            out.write(doc.to_json_line() + "\n")
-            count += 1
-    return path, count
+        out.writelines(line + "\n" for line in lines)
+    return path, len(lines)
 
 
 def loop_is_done(state: LoopState, fed: int, quiet_s: float, feed_done: bool) -> bool:
@@ -113,7 +161,9 @@ def run_demo(
     console = console or Console()
     started = time.monotonic()
     stream_path, fed = write_stream(plan)
-    console.print(f"[bold]worx demo[/]: {fed} documents, run directory {plan.run_dir}")
+    console.print(
+        f"[bold]worx demo[/]: {fed} documents ({plan.stream} stream), run directory {plan.run_dir}"
+    )
     with EmbeddedBroker() as broker:
         conf = {"bootstrap.servers": broker.bootstrap_servers}
         ensure_topics(conf, prefix="worx", partitions=2)
@@ -181,6 +231,7 @@ def run_demo(
     report.update(
         wall_s=round(time.monotonic() - started, 1),
         finished=finished,
+        stream=plan.stream,
         documents_fed=fed,
         documents=docs,
         all_accounted_for=docs + dead >= fed,
