@@ -23,13 +23,16 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory, perplexity
 from monitor.records import EvalRow
 from monitor.scoring import score_texts
 from worx.atomic import atomic_write_json, fsync_dir
+
+if TYPE_CHECKING:
+    from trainer.recipes.dense import DenseConfig
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,7 @@ class DenseBaseline:
         heldout: HeldoutSets,
         history: MatrixHistory,
         state_dir: str | Path,
-        config: Any = None,
+        config: DenseConfig | None = None,
         max_tokens: int = 128,
         batch_size: int = 8,
     ) -> None:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from topology.composition.worx_config import WorxConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser, servers: bool = True) -> None:
@@ -35,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser, servers: bool = True) -> None
     )
 
 
-def domain_table(args: argparse.Namespace, config: Any, dim: int | None = None) -> tuple[Any, str]:
+def domain_table(
+    args: argparse.Namespace, config: WorxConfig, dim: int | None = None
+) -> tuple[Any, str]:
     """The :class:`router.table.DomainTable` the arguments name, and where it came from.
 
     Raises:
@@ -62,7 +67,7 @@ def domain_table(args: argparse.Namespace, config: Any, dim: int | None = None) 
 
 
 def follow_topic(
-    config: Any, servers: str | None, wait_s: float, dim: int | None = None
+    config: WorxConfig, servers: str | None, wait_s: float, dim: int | None = None
 ) -> tuple[Any, str]:
     """The topic's table, read until ``wait_s`` quiet seconds (no dead letters written)."""
     from router.table import DomainTable

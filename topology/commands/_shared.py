@@ -7,7 +7,11 @@ import contextlib
 import dataclasses
 import signal
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ingest.config import IngestConfig
+    from topology.composition.worx_config import WorxConfig
 
 
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +67,7 @@ def add_mapping_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def ingest_config(config: Any, args: argparse.Namespace) -> Any:
+def ingest_config(config: WorxConfig, args: argparse.Namespace) -> IngestConfig:
     """The [ingest] section with the command-line mapping options applied."""
     changes = {
         name: getattr(args, name)
@@ -76,7 +80,9 @@ def ingest_config(config: Any, args: argparse.Namespace) -> Any:
 
 
 @contextlib.contextmanager
-def destination(config: Any, bootstrap_servers: str | None = None) -> Iterator[tuple[str, bool]]:
+def destination(
+    config: WorxConfig, bootstrap_servers: str | None = None
+) -> Iterator[tuple[str, bool]]:
     """Yield (bootstrap servers, embedded?) with every worx topic created there."""
     from topology.composition.embedded_broker import bootstrap
     from topology.composition.kafka_clients import client_conf

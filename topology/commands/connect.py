@@ -11,7 +11,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ingest.config import IngestConfig
+    from topology.composition.worx_config import WorxConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def build_connector(
-    config: Any, section: Any, destination_servers: str, on_batch: Any = None
+    config: WorxConfig, section: IngestConfig, destination_servers: str, on_batch: Any = None
 ) -> Any:
     """A StageRunner that moves ``section.source_topics`` into ``<prefix>.docs``."""
     from ingest.stage import NormaliseStage
@@ -87,7 +91,13 @@ def build_connector(
 
 
 def _worker(
-    config: Any, section: Any, servers: str, stop: Any, counts: Any, index: int, idle: Any
+    config: WorxConfig,
+    section: IngestConfig,
+    servers: str,
+    stop: Any,
+    counts: Any,
+    index: int,
+    idle: Any,
 ) -> None:
     """One connector process (multiprocessing target): runs until ``stop`` is set."""
     import signal as _signal
@@ -108,8 +118,8 @@ def _worker(
 
 
 def run_workers(
-    config: Any,
-    section: Any,
+    config: WorxConfig,
+    section: IngestConfig,
     servers: str,
     workers: int,
     stop: Any,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.domains import KnownDomains
 from monitor.heldout import HeldoutSets
@@ -20,11 +20,17 @@ from monitor.live import LiveState
 from monitor.stage import MonitorStage
 from topology.composition import expert_store, paths
 
+if TYPE_CHECKING:
+    from topology.composition.worx_config import WorxConfig
+    from trainer.config import TrainerConfig
+
 log = logging.getLogger(__name__)
 
 
 # ---- serve ------------------------------------------------------------------------------
-def server_from_config(config: Any, trunk_dir: str | None = None, store_dir: str | None = None):
+def server_from_config(
+    config: WorxConfig, trunk_dir: str | None = None, store_dir: str | None = None
+):
     """Load the trunk, open the store, build embedder and gate as ``config`` says.
 
     The server's domain table starts empty: the caller follows ``worx.domains`` into
@@ -69,7 +75,7 @@ def server_from_config(config: Any, trunk_dir: str | None = None, store_dir: str
 class TrainerParts:
     """What ``worx trainer`` runs with: its section (overrides applied), trunk, store, dirs."""
 
-    config: Any  # the [trainer] section
+    config: TrainerConfig  # the [trainer] section, overrides applied
     trunk: Any
     store: Any
     trunk_dir: Path
@@ -78,7 +84,7 @@ class TrainerParts:
 
 
 def trainer_from_config(
-    config: Any,
+    config: WorxConfig,
     trunk_dir: str | None = None,
     store_dir: str | None = None,
     jobs_dir: str | None = None,
@@ -120,7 +126,9 @@ def trainer_from_config(
 
 
 # ---- monitor ----------------------------------------------------------------------------
-def open_monitor_files(root: Path, config: Any) -> tuple[MatrixHistory, HeldoutSets, LiveState]:
+def open_monitor_files(
+    root: Path, config: WorxConfig
+) -> tuple[MatrixHistory, HeldoutSets, LiveState]:
     section = config.monitor
     history = MatrixHistory(root)
     heldout = HeldoutSets(root / "heldout", section.heldout_per_domain, section.heldout_seed)
@@ -129,7 +137,7 @@ def open_monitor_files(root: Path, config: Any) -> tuple[MatrixHistory, HeldoutS
 
 
 def build_monitor(
-    config: Any,
+    config: WorxConfig,
     root: Path,
     conf: dict[str, Any] | None = None,
     trunk_dir: str | None = None,

@@ -12,12 +12,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topology.composition import paths
 
+if TYPE_CHECKING:
+    from topology.composition.worx_config import WorxConfig
 
-def local_dir(config: Any, role: str, override: paths.PathLike = None) -> Path:
+
+def local_dir(config: WorxConfig, role: str, override: paths.PathLike = None) -> Path:
     """The store directory, or with a store URL this command's cache directory."""
     if not config.experts.store_url:
         return paths.store_dir(config, override)
@@ -26,7 +29,7 @@ def local_dir(config: Any, role: str, override: paths.PathLike = None) -> Path:
 
 
 def open_configured_store(
-    config: Any,
+    config: WorxConfig,
     role: str,
     trunk_fingerprint: str | None,
     override: paths.PathLike = None,

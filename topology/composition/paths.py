@@ -18,9 +18,12 @@ missing one with a :class:`worx.errors.UserError` (one line, exit 2).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from worx.errors import UserError
+
+if TYPE_CHECKING:
+    from topology.composition.worx_config import WorxConfig
 
 PathLike = str | Path | None
 
@@ -45,7 +48,7 @@ def existing_dir(path: Path, what: str, hint: str) -> Path:
     return path
 
 
-def trunk_dir(config: Any, override: PathLike = None) -> Path:
+def trunk_dir(config: WorxConfig, override: PathLike = None) -> Path:
     """The trunk's Hugging Face directory."""
     configured = override or config.experts.trunk_dir
     if configured:
@@ -55,7 +58,7 @@ def trunk_dir(config: Any, override: PathLike = None) -> Path:
     return Path(default_trunk_dir())
 
 
-def store_dir(config: Any, override: PathLike = None) -> Path:
+def store_dir(config: WorxConfig, override: PathLike = None) -> Path:
     """The expert store's root, the same for the trainer, the server and the monitor."""
     return Path(
         override
@@ -65,16 +68,16 @@ def store_dir(config: Any, override: PathLike = None) -> Path:
     )
 
 
-def jobs_dir(config: Any, override: PathLike = None) -> Path:
+def jobs_dir(config: WorxConfig, override: PathLike = None) -> Path:
     """The trainer's job checkpoints and outcomes (``<jobs>/<job_id>/``)."""
     return Path(override or config.trainer.jobs_dir or Path(config.data_dir) / "trainer" / "jobs")
 
 
-def monitor_state_dir(config: Any, override: PathLike = None) -> Path:
+def monitor_state_dir(config: WorxConfig, override: PathLike = None) -> Path:
     """The monitor's history, held-out sets and live state."""
     return Path(override or config.monitor.state_dir or Path(config.data_dir) / "monitor")
 
 
-def discover_snapshot(config: Any, override: PathLike = None) -> Path:
+def discover_snapshot(config: WorxConfig, override: PathLike = None) -> Path:
     """The discover stage's snapshot (state, offsets, outbox)."""
     return Path(override or Path(config.data_dir) / "discover" / "state.json")

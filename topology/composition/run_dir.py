@@ -19,12 +19,15 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from router.table_file import FILE as DOMAINS_FILE
 from router.table_file import TableFileError
 from worx.atomic import atomic_write_json
 from worx.errors import UserError
+
+if TYPE_CHECKING:
+    from topology.composition.worx_config import WorxConfig
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +131,7 @@ def _read_run_file(path: Path) -> dict[str, Any]:
 
 
 def run_server(
-    config: Any, run: RunDir, trunk_dir: str | None = None, store_dir: str | None = None
+    config: WorxConfig, run: RunDir, trunk_dir: str | None = None, store_dir: str | None = None
 ):
     """An :class:`experts.serving.ExpertServer` on the run's trunk, store and domain table
     (``trunk_dir`` / ``store_dir`` override the run's own); follows no topic.

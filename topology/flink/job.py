@@ -35,7 +35,10 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from router.config import RouterConfig
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +114,7 @@ def docs_lanes(options: FlinkJobOptions, docs_topic: str) -> list[str]:
     return [f"{docs_topic}:{partition}" for partition in range(count)]
 
 
-def build(env: Any, router_config: Any, options: FlinkJobOptions) -> Any:
+def build(env: Any, router_config: RouterConfig, options: FlinkJobOptions) -> Any:
     """Declare the job on ``env``; the statement set whose ``attach_as_datastream`` adds
     the sink."""
     from pyflink.common import Row, Types
@@ -199,7 +202,7 @@ def create_environment(options: FlinkJobOptions) -> Any:
     return env
 
 
-def start(options: FlinkJobOptions, router_config: Any) -> Any:
+def start(options: FlinkJobOptions, router_config: RouterConfig) -> Any:
     """Build and submit the job; its JobClient (the job runs until cancelled)."""
     env = create_environment(options)
     build(env, router_config, options).attach_as_datastream()

@@ -4,10 +4,13 @@ machine (:class:`Hardware`)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.optim import OPTIMIZERS
 from trainer.plan.shapes import dtype_bytes
+
+if TYPE_CHECKING:
+    from trainer.config import TrainerConfig
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class RunShape:
         dtype_bytes(self.trunk_dtype)  # raises for an unknown dtype
 
     @classmethod
-    def from_trainer_config(cls, config: Any, **shape: Any) -> RunShape:
+    def from_trainer_config(cls, config: TrainerConfig, **shape: Any) -> RunShape:
         """The shape and savers a :class:`trainer.config.TrainerConfig` trains with;
         ``shape`` overrides fields (e.g. ``micro_batch``, ``trunk_dtype``)."""
         savers = {
