@@ -7,12 +7,19 @@ same type, reason and message (the plain path hands anything unusual to the full
 from __future__ import annotations
 
 import json
+import math
+from typing import Any
 
 import pytest
 
+import worx.record_decode_plain as plain_path
 import worx.records as records
+from experts.expert import ExpertConfig
+from experts.manifest import Manifest
 from ingest.records import Doc
 from router.records import DomainRecord, RoutedDoc
+from tests.hostile.test_records_decode import GOOD
+from worx.record_decode_full import RECORD_TYPES, _is_module_level
 from worx.records import RecordError
 from worx.scenario import Scenario
 
@@ -74,7 +81,7 @@ def _outcome(record_type: type, raw: bytes | str) -> tuple:
 def _both(record_type: type, raw: bytes | str, monkeypatch: pytest.MonkeyPatch) -> tuple:
     plain = _outcome(record_type, raw)
     with monkeypatch.context() as patch:
-        patch.setattr(records, "orjson", None)  # only the full path
+        patch.setattr(plain_path, "orjson", None)  # only the full path
         full = _outcome(record_type, raw)
     return plain, full
 
@@ -91,7 +98,9 @@ def test_the_bundled_documents_take_the_plain_path_and_decode_alike(monkeypatch)
         for i, d in enumerate(Scenario.from_directory().mixture(300, seed=5))
     ]
     raws = [d.to_json() for d in docs]
-    assert all(records._plain_decode(Doc, raw) == doc for raw, doc in zip(raws, docs, strict=True))
+    assert all(
+        plain_path.plain_decode(Doc, raw) == doc for raw, doc in zip(raws, docs, strict=True)
+    )
     for raw in raws[:50]:
         plain, full = _both(Doc, raw, monkeypatch)
         assert plain == full
@@ -122,3 +131,41 @@ def test_routed_doc_json_is_the_full_encoders_value():
         RoutedDoc("d3", "dom-a", 0.25, "t.docs", 0, 1, text="lone \ud800 surrogate"),
     ):
         assert json.loads(routed.to_json()) == json.loads(records.Record.to_json(routed))
+
+
+SAMPLES = {
+    **GOOD,
+    Manifest: Manifest(
+        "exp-1",
+        "dom-a",
+        [0.6, 0.8],
+        "f" * 64,
+        ExpertConfig(kind="adapter", layers=(0, 1), rank=4).to_dict(),
+        32,
+        "0" * 64,
+        1000,
+        10,
+        summary={"loss": 1.0},
+    ),
+}
+# each field of a sample replaced by these (or left out): wrong types, edges of the checks
+CHANGES: list[Any] = [None, "x", "", 1, -1, 1.5, 2**64, True, [], ["x"], [1.5], {}, {"k": 1}]
+
+
+def test_the_samples_cover_every_record_class():
+    assert set(SAMPLES) == {t for t in RECORD_TYPES if _is_module_level(t)}
+
+
+@pytest.mark.parametrize("record_type", list(SAMPLES), ids=lambda t: t.__name__)
+def test_every_record_class_decodes_alike_by_both_paths(record_type, monkeypatch):
+    body = SAMPLES[record_type].validated().to_dict()
+    assert _both(record_type, json.dumps(body).encode(), monkeypatch)[0][0] == "record"
+    variants = [{**body, "extra": 1}, {**body, "schema_version": 2}]
+    for name in body:
+        variants.append({k: v for k, v in body.items() if k != name})
+        variants += [{**body, name: value} for value in CHANGES]
+    raws = [json.dumps(v).encode() for v in variants]
+    raws += [json.dumps({**body, name: math.nan}).encode() for name in body]  # NaN literals
+    for raw in raws:
+        plain, full = _both(record_type, raw, monkeypatch)
+        assert plain == full, raw

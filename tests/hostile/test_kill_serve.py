@@ -34,14 +34,14 @@ TEXTS = {
 
 BLOCK_BEFORE_SWAP = r"""
 def install(block):
-    from experts.serving import ExpertServer
-    verify = ExpertServer._verify
+    from experts.serving.registry import ExpertRegistry
+    verify = ExpertRegistry.verify
     def verify_then_block(self, registration):
         manifest = verify(self, registration)  # verified and loaded; the swap comes next
         if registration.expert_id == "legal":
             block()
         return manifest
-    ExpertServer._verify = verify_then_block
+    ExpertRegistry.verify = verify_then_block
 """
 
 

@@ -60,11 +60,13 @@ BAD_INPUTS = [
 def codec(request, monkeypatch):
     """Run with the optional orjson fast path and without it (as where it is not installed)."""
     import ingest.stage
+    import worx.record_decode_plain
     import worx.records
 
     if request.param == "stdlib":
         monkeypatch.setattr(ingest.stage, "orjson", None)
-        monkeypatch.setattr(worx.records, "orjson", None)  # the records' codec paths
+        monkeypatch.setattr(worx.records, "orjson", None)  # the records' encoder
+        monkeypatch.setattr(worx.record_decode_plain, "orjson", None)  # and plain decoder
     elif ingest.stage.orjson is None:
         pytest.skip("orjson is not installed")
     return request.param

@@ -1,5 +1,5 @@
 """`worx explain`: which domain and experts a text gets, and why (logic in
-topology/commands/_explain_text.py and experts/serving.py)."""
+topology/commands/_explain_text.py and experts/serving/explain.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,212 @@
+"""Serving: score and generate with the mixture, and register experts while serving.
+
+:class:`ExpertServer` is the composition its callers use; each job is a module of its own:
+
+* :mod:`~experts.serving.registry`: the table of loaded experts, and registering into it
+  (verified and loaded before the table is swapped; a refused expert never enters it);
+* :mod:`~experts.serving.routing`: a request's text to its domain and experts;
+* :mod:`~experts.serving.scoring`: per-token loss and perplexity;
+* :mod:`~experts.serving.generation`: continuations (``generate``, ``complete``);
+* :mod:`~experts.serving.explain`: why a text gets its domain and experts;
+* :mod:`~experts.serving.health`: ``/health`` and ``/experts``;
+* :mod:`~experts.serving.request`: :class:`RequestError`, token ids, and running a request
+  on the current table.
+
+Nothing in a registration can fail a request. If an expert that was registered fails its
+re-verification on a later load (the file changed on disk), it is quarantined, dropped from
+the table, and the request is served again without it. An expert whose domain the server
+does not know (yet) is served to nobody by the gate; ``/health`` lists it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from experts.likelihood_routing import LikelihoodRouter
+from experts.records import ExpertRegistration
+from experts.sampling import Sampling
+from experts.serving import explain as _explain
+from experts.serving import generation, health, routing, scoring
+from experts.serving.registry import ExpertRegistry, RegisterOutcome
+from experts.serving.request import RequestError
+from experts.store import ExpertStore
+from experts.table import ExpertTable
+from experts.trunk import Trunk
+from router.gate import Gate, GateDecision
+from router.table import DomainTable
+
+__all__ = ["ExpertServer", "RegisterOutcome", "RequestError"]
+
+
+class ExpertServer:
+    """Mixture inference over a hot-swappable, immutable expert table.
+
+    Parameters
+    ----------
+    trunk : Trunk
+        The frozen trunk.
+    store : ExpertStore
+        Opened with ``trunk.fingerprint``; every expert is loaded (and verified) from it.
+    embedder : object with ``embed(list[str]) -> (N, dim)``
+        The router's embedder (the same the stream uses), for the gate.
+    gate : Gate
+        Turns a document embedding into expert weights, through ``domains``.
+    domains : DomainTable, optional
+        The domain table the gate decides by (the caller feeds it from ``worx.domains``,
+        e.g. with :class:`topology.runtimes.table_follower.TableFollower`); a new empty one if
+        None: every text is then served by the trunk alone until domains arrive.
+    max_tokens, max_new_tokens : int
+        Longest scored text (longer ones are cut, and say so) and generation bound.
+    likelihood : LikelihoodRouter, optional
+        Re-ranks the gate's unsure decisions by the candidate experts' likelihood of the
+        text (:mod:`experts.likelihood_routing`); None: the gate's decision alone.
+    """
+
+    def __init__(
+        self,
+        trunk: Trunk,
+        store: ExpertStore,
+        embedder: Any,
+        gate: Gate,
+        domains: DomainTable | None = None,
+        max_tokens: int = 1024,
+        max_new_tokens: int = 128,
+        likelihood: LikelihoodRouter | None = None,
+    ) -> None:
+        if store.trunk_fingerprint != trunk.fingerprint:
+            raise ValueError("the store must be opened with the trunk's fingerprint")
+        self.trunk = trunk
+        self.store = store
+        self.embedder = embedder
+        self.gate = gate
+        self.domains = domains if domains is not None else DomainTable()
+        config = trunk.model.config
+        positions = getattr(config, "max_position_embeddings", None) or getattr(
+            config, "n_positions", None
+        )
+        # never feed the trunk more positions than it has (a longer text is cut, and says so)
+        self.max_tokens = min(max_tokens, positions) if positions else max_tokens
+        self.max_new_tokens = max_new_tokens
+        self.likelihood = likelihood
+        self.registry = ExpertRegistry(trunk, store, embedder)
+        self.refusals = self.registry.refusals
+        self.requests = 0
+        self.failed_requests = 0
+        self.started = time.time()
+
+    # ------------------------------------------------------------------ table
+    @property
+    def table(self) -> ExpertTable:
+        """The current table (a request should read this once and keep it)."""
+        return self.registry.table
+
+    def rebuild_from_store(self) -> ExpertTable:
+        """Start from every valid expert in the store (restart path); refusals are reported."""
+        return self.registry.rebuild_from_store()
+
+    def register(self, registration: ExpertRegistration) -> RegisterOutcome:
+        """Verify and load the registered expert, then swap in a table that includes it.
+
+        Never raises for a bad expert: the outcome says ``refused`` with the reason.
+        """
+        return self.registry.register(registration)
+
+    def unregister(self, expert_id: str) -> RegisterOutcome:
+        """Drop ``expert_id`` from the table (a tombstone on the topic); the store keeps it."""
+        return self.registry.unregister(expert_id)
+
+    # ------------------------------------------------------------------ requests
+    def route(self, text: str, table: ExpertTable) -> GateDecision:
+        """The gate's decision for ``text``: its domain and the experts of ``table`` it gets."""
+        return routing.route(self, text, table)[0]
+
+    def score(
+        self,
+        text: str,
+        expert_weights: dict[str, float] | None = None,
+        explain: bool = False,
+        *,
+        domain: str | None = None,
+        top_logprobs: int | None = None,
+    ) -> dict[str, Any]:
+        """Per-token loss and perplexity of ``text`` under the mixture the gate picks.
+
+        ``expert_weights`` overrides the gate (names must be registered experts), and
+        ``domain`` picks the domain whose experts serve
+        (:func:`experts.serving.routing.weights`). With ``explain``, the answer's
+        ``explain`` says why (:meth:`explain`), with the perplexity of the trunk alone
+        beside the mixture's (one forward of both rows). With ``top_logprobs`` (k >= 0),
+        the answer adds ``pieces`` (each token's piece of the text, the first token
+        included) and ``top_logprobs`` (per scored token, the k most likely tokens' pieces
+        and log-probabilities).
+        """
+        return scoring.score(
+            self, text, expert_weights, explain, domain=domain, top_logprobs=top_logprobs
+        )
+
+    def explain(self, text: str) -> dict[str, Any]:
+        """Why ``text`` gets its domain and experts: the nearest domains (cosine, threshold),
+        the rule that decided and why, the likelihood step if it ran, the experts and
+        weights, and the perplexity with them and with the trunk alone."""
+        return _explain.explain(self, text)
+
+    def generate(
+        self,
+        text: str,
+        max_new_tokens: int = 32,
+        expert_weights: dict[str, float] | None = None,
+        sampling: Sampling | None = None,
+    ) -> dict[str, Any]:
+        """Continuation of ``text`` under the mixture the gate picks: greedy, or drawn as
+        ``sampling`` says (:mod:`experts.sampling`; the same seed gives the same text)."""
+        return generation.generate(self, text, max_new_tokens, expert_weights, sampling)
+
+    @property
+    def max_new_bound(self) -> int:
+        """The most tokens one request may generate (``max_new_tokens``, and one position
+        left for the prompt)."""
+        return min(self.max_new_tokens, self.max_tokens - 1)
+
+    def complete(
+        self,
+        text: str,
+        max_new_tokens: int = 32,
+        expert_weights: dict[str, float] | None = None,
+        sampling: Sampling | None = None,
+        *,
+        domain: str | None = None,
+        top_logprobs: int | None = None,
+        stop: Sequence[str] = (),
+        on_text: Callable[[str], bool] | None = None,
+    ) -> dict[str, Any]:
+        """Continuation of ``text`` token by token: the most likely token each step, or
+        drawn as ``sampling`` says; ended by the trunk's end-of-text token (``finish_reason``
+        ``stop``), the first of ``stop`` (cut before it; ``stop``), ``max_new_tokens``
+        (``length``), or ``on_text`` answering False (``cancelled``).
+
+        ``on_text(text)`` is called with the text as it becomes safe to show (never part of
+        a stop string); the calls join to the answer's ``text``. With ``top_logprobs``
+        (k >= 0), ``tokens`` lists each token's piece, log-probability and the k most likely
+        tokens of its step (log-probabilities of the mixture's own distribution, before
+        any temperature).
+        """
+        return generation.complete(
+            self,
+            text,
+            max_new_tokens,
+            expert_weights,
+            sampling,
+            domain=domain,
+            top_logprobs=top_logprobs,
+            stop=stop,
+            on_text=on_text,
+        )
+
+    # ------------------------------------------------------------------ introspection
+    def experts(self) -> list[dict[str, Any]]:
+        return health.experts(self)
+
+    def health(self) -> dict[str, Any]:
+        return health.health(self)
