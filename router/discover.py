@@ -1,5 +1,8 @@
 """The discover stage: one logical instance over ``worx.routed``.
 
+(~490 lines: the stage's state and what changes it, one per method; the pure rules it
+calls live apart: router.cluster, router.promotion, router.jobs, router.naming.)
+
 It reads every routing decision but only novel documents carry text. For each decision:
 
 - the novelty indicator (1 novel, 0 assigned) feeds a one-sided Page-Hinkley detector:

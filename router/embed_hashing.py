@@ -1,5 +1,8 @@
 """The hashed TF-IDF embedding of a whole batch of texts at once, in numpy.
 
+(~450 lines in one file: every step must stay bit-identical to ``embed_one``, and reads
+best in one place beside the others.)
+
 Computes exactly the vectors of :meth:`router.embed_tfidf.HashedTfidfEmbedder.embed_one`
 (bit for bit: ``tests/router/test_embed_fast.py`` checks every bundled document), with a
 few dozen array operations per batch instead of ~150 small ones per text:

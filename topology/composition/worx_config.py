@@ -1,5 +1,9 @@
 """worx.toml + WORX_* environment overrides, loaded into typed per-stage dataclasses.
 
+(One file of ~500 lines on purpose: the file, the environment, sub-tables, moved keys,
+secret masking and the source of each value go through one reading path, so that every
+section is refused, masked and reported by the same rules.)
+
 File layout::
 
     [kafka]

@@ -1,5 +1,8 @@
 """The OpenAI wire format of the ``/v1`` routes: requests in, answers out, no I/O.
 
+(~490 lines of pure functions for three routes that share their field checks and answer
+shapes; split by route, those would be written three times.)
+
 What a request's ``model`` means (:func:`resolve_model`, listed by :func:`model_list`):
 ``auto`` routes by the gate, as ``/score`` does; an expert id pins that expert; a domain
 id or a domain's name serves with that domain's experts (the gate's weights among them;

@@ -1,5 +1,8 @@
 """The recipe that trains one expert on a frozen trunk: setup -> train -> save -> cleanup.
 
+(~490 lines: the recipe's four phases over one shared state; the pieces they call live
+beside it: expert_start, expert_progress, expert_outcome, job_rows and heldout.)
+
 The trunk never changes: it is frozen, in eval mode, and (on the CPU) memory-mapped from its
 safetensors files. One expert is trainable: zero-initialised (function-preserving: step 0 is
 exactly the trunk) or branched from the expert of the drifted domain. Documents are packed
