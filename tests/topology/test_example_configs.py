@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from topology.commands.demo import DEMO_STAGE_DEFAULTS
+from topology.commands.demo import demo_stage_defaults
 from topology.composition.worx_config import WorxConfig, load_config, load_config_with_sources
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -24,11 +24,22 @@ def test_every_value_of_the_example_is_a_valid_setting_the_loader_reads(name):
         assert _value(config, dotted) != _value(defaults, dotted), dotted
 
 
-def test_the_demo_example_is_what_worx_demo_gives_its_stages(tmp_path):
+def test_the_demo_gives_its_stages_what_configs_demo_toml_says(tmp_path):
     empty = tmp_path / "worx.toml"
     empty.write_text("")
-    given = load_config(empty, env=DEMO_STAGE_DEFAULTS)
+    env = demo_stage_defaults()
+    assert env["WORX_TRAINER__MAX_STEPS"] == "30"
+    given = load_config(empty, env=env)
     assert load_config(CONFIGS / "demo.toml", env={}) == given != WorxConfig()
+
+
+def test_demo_settings_refuse_a_nested_table(tmp_path):
+    from worx.errors import UserError
+
+    bad = tmp_path / "demo.toml"
+    bad.write_text("[trainer.expert]\nrank = 8\n")
+    with pytest.raises(UserError, match="only flat settings"):
+        demo_stage_defaults(bad)
 
 
 def test_the_company_example_keeps_its_secrets_out():

@@ -6,16 +6,35 @@ import argparse
 import time
 from pathlib import Path
 
-# Settings that make the demo finish within minutes on 2 CPU cores; a `worx.toml` or
-# WORX_* variables still override them (they are passed to the stages as WORX_* defaults).
-DEMO_STAGE_DEFAULTS = {
-    "WORX_ROUTER__JOB_DOCS": "200",
-    "WORX_TRAINER__MAX_STEPS": "30",
-    "WORX_TRAINER__GRAD_ACCUM_STEPS": "1",
-    # patience 3 cannot stop a 30-step job early: evaluate at the end only
-    "WORX_TRAINER__EVAL_EVERY": "30",
-    "WORX_MONITOR__BASELINE_STEPS": "30",
-}
+# configs/demo.toml: the settings that make the demo finish within minutes on 2 CPU cores.
+# The stages get them as WORX_* variables, which win over a worx.toml; a WORX_* variable
+# you set yourself wins over the demo's.
+DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.toml"
+
+
+def demo_stage_defaults(path: Path = DEMO_CONFIG) -> dict[str, str]:
+    """``path``'s settings as the ``WORX_<SECTION>__<FIELD>`` variables the stages read.
+
+    Raises:
+        UserError: the file is missing (not a checkout) or holds a nested table.
+    """
+    import tomllib
+
+    from worx.errors import UserError
+
+    if not path.is_file():
+        raise UserError(f"the demo's settings {path} are missing", "run worx demo from a checkout")
+    env = {}
+    for section, table in tomllib.loads(path.read_text()).items():
+        fields = table.items() if isinstance(table, dict) else [("", table)]
+        for field, value in fields:
+            if not field or isinstance(value, dict):
+                raise UserError(f"{path}: {section}: only flat settings in sections", "")
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            env[f"WORX_{section.upper()}__{field.upper()}"] = text
+    return env
+
+
 QUICK = {"new_domains": ("legal", "scripture"), "per_domain": 300, "mixture_docs": 100}
 
 
@@ -107,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     trunk = Path(args.trunk or config.experts.trunk_dir or default_trunk_dir())
     check_trunk_dir(trunk)  # a wrong --trunk: one line now, not every stage crashing
     run_dir = (Path(args.out) / time.strftime("run-%Y%m%d-%H%M%S")).resolve()
-    stage_env = {k: v for k, v in DEMO_STAGE_DEFAULTS.items() if k not in os.environ}
+    stage_env = {k: v for k, v in demo_stage_defaults().items() if k not in os.environ}
     if args.store_url:  # the bucket checked now: one line, not every stage failing
         from experts.object_store import ObjectStoreError, S3Backend
 
