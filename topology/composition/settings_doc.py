@@ -41,8 +41,13 @@ or ending in token or key) and every librdkafka setting shows as `***` once set.
 
 The loader is hand-written (`topology/composition/worx_config.py`), not pydantic-settings:
 it keeps its one-line errors, its did-you-mean for mistyped names and its masking of
-secrets in every message. Example files: `configs/demo.toml` (the demo's settings) and
-`configs/company.toml` (a company's cluster and trunk).
+secrets in every message. What pydantic-settings cannot do (2.16.3, checked 2 December
+2026): with `env_prefix="WORX_"`, `env_nested_delimiter="__"` and `extra="forbid"`, a
+mistyped `WORX_ROUTER__JOB_DOC=5` beside `WORX_ROUTER__JOB_DOCS=7` loads silently as
+`job_docs=7`: its environment source looks up the names of known fields only, so a typo in
+a variable is never seen; here it is refused, naming `WORX_ROUTER__JOB_DOCS`. Example
+files: `configs/demo.toml` (the demo's settings) and `configs/company.toml` (a company's
+cluster and trunk).
 """
 
 
