@@ -181,11 +181,7 @@ def run_phased(
     for name in order:
         starts[name] = pos
         pos += min(len(scenario.domains[name]), per_domain)
-    hints = {
-        row.domain_id: row.label_hint
-        for row in pipe.discover.table.rows()
-        if row.status == "active"
-    }
+    hints = domain_labels(pipe)
     delays = {}
     for name in order:
         end = starts[name] + min(len(scenario.domains[name]), per_domain)
@@ -219,6 +215,16 @@ def run_phased(
     }
 
 
+def domain_labels(pipe: Pipeline) -> dict[str, str | None]:
+    """Each active domain of discover's table and its majority label (a retired row routes
+    nothing)."""
+    return {
+        row.domain_id: row.label_hint
+        for row in pipe.discover.table.rows()
+        if row.status == "active"
+    }
+
+
 def taken_by_later_neighbours(
     pipe: Pipeline, labels: list[str], nearest: list[str]
 ) -> tuple[float, list[tuple[str, str, int]]]:
@@ -226,7 +232,7 @@ def taken_by_later_neighbours(
     that got a domain whose nearest final domain is another label's, promoted *after*
     their own label's first domain (a newer neighbour took them), and the largest such
     flows as ``(label, taker's label, documents)``."""
-    hints = {row.domain_id: row.label_hint for row in pipe.discover.table.rows()}
+    hints = domain_labels(pipe)
     promoted = {ev.domain_id: seq for seq, ev in pipe.events if ev.detector == "promotion"}
     first: dict[str, int] = {}
     for domain_id, seq in promoted.items():
@@ -276,7 +282,7 @@ def stationary_jobs(pipe: Pipeline, first_job: int, first_event: int) -> list[di
     """What each job of the stationary stream was: its reason, its domain's majority
     label, whether that domain was promoted before the stationary stream began, and
     whether its label already had an older domain (then it is a second mode's job)."""
-    hints = {row.domain_id: row.label_hint for row in pipe.discover.table.rows()}
+    hints = domain_labels(pipe)
     promoted = [
         (k, ev.domain_id) for k, (_, ev) in enumerate(pipe.events) if ev.detector == "promotion"
     ]
@@ -336,7 +342,7 @@ def run_from_scratch(
     pipe, _, nmi, _ = from_empty_table(
         stream, config, embedder, "mixture from scratch", seed, progress, interleave, lag
     )
-    hints = [row.label_hint for row in pipe.discover.table.rows() if row.status == "active"]
+    hints = list(domain_labels(pipe).values())
     return {
         "scratch_domains": len(hints),
         "scratch_distinct_labels": len(set(hints)),
@@ -361,11 +367,7 @@ def run_mixed(
         stream, config, embedder, "company mixture", seed, progress, interleave, lag
     )
     counts = Counter(labels)
-    hints = {
-        row.domain_id: row.label_hint
-        for row in pipe.discover.table.rows()
-        if row.status == "active"
-    }
+    hints = domain_labels(pipe)
     promoted_at: dict[str, int] = {}  # label -> position of its first domain's promotion
     spurious = 0
     for seq, ev in pipe.events:

@@ -102,11 +102,20 @@ def key(length: int | None) -> str:
     return "full" if length is None else str(length)
 
 
-def measure(table: DomainTable, held: dict[str, list[LabelledDoc]], embedder, gate: Gate) -> dict:
+def experts_by_label(
+    table: DomainTable, held: dict[str, list[LabelledDoc]]
+) -> tuple[list[DomainRecord], dict[str, str], list[GateExpert]]:
+    """The active rows, the label of each domain whose label has held-out documents (it
+    "has an expert"), and one expert per such domain, registered with its centroid."""
     rows = [r for r in table.rows() if r.status == "active"]
     label_of = {r.domain_id: r.label_hint for r in rows if r.label_hint in held}
-    labels = sorted(set(label_of.values()))  # the labels that have an expert
     experts = [GateExpert(f"{d}-e1", d, table.get(d).centroid) for d in sorted(label_of)]
+    return rows, label_of, experts
+
+
+def measure(table: DomainTable, held: dict[str, list[LabelledDoc]], embedder, gate: Gate) -> dict:
+    rows, label_of, experts = experts_by_label(table, held)
+    labels = sorted(set(label_of.values()))  # the labels that have an expert
     docs = [(label, d) for label in labels for d in held[label]]
     out: dict = {
         "domains": len(rows),
@@ -164,11 +173,8 @@ def gate_cost_us(
 ) -> float:
     """CPU microseconds per request of the gate's decision over every held-out text of a
     label with an expert, whole (median of 3 runs; the embedding is not counted)."""
-    rows = [r for r in table.rows() if r.status == "active"]
-    label_of = {r.domain_id: r.label_hint for r in rows if r.label_hint in held}
-    experts = DomainExperts(
-        GateExpert(f"{d}-e1", d, table.get(d).centroid) for d in sorted(label_of)
-    )
+    _, label_of, listed = experts_by_label(table, held)
+    experts = DomainExperts(listed)
     texts = [d.text for label in sorted(set(label_of.values())) for d in held[label]]
     vectors = embedder.embed(texts)
     chars = [len(t) for t in texts]

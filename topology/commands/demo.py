@@ -20,18 +20,19 @@ def demo_stage_defaults(path: Path = DEMO_CONFIG) -> dict[str, str]:
     """
     import tomllib
 
+    from topology.composition.worx_config import dotted_leaves, variable_name
     from worx.errors import UserError
 
     if not path.is_file():
         raise UserError(f"the demo's settings {path} are missing", "run worx demo from a checkout")
+    raw = tomllib.loads(path.read_text())
     env = {}
-    for section, table in tomllib.loads(path.read_text()).items():
-        fields = table.items() if isinstance(table, dict) else [("", table)]
-        for field, value in fields:
-            if not field or isinstance(value, dict):
-                raise UserError(f"{path}: {section}: only flat settings in sections", "")
-            text = str(value).lower() if isinstance(value, bool) else str(value)
-            env[f"WORX_{section.upper()}__{field.upper()}"] = text
+    for dotted in dotted_leaves(raw):
+        section, _, field = dotted.partition(".")
+        if not field or "." in field:
+            raise UserError(f"{path}: {dotted}: only flat settings in sections", "")
+        value = raw[section][field]
+        env[variable_name(dotted)] = str(value).lower() if isinstance(value, bool) else str(value)
     return env
 
 

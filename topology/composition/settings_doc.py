@@ -12,7 +12,7 @@ import typing
 from typing import Any
 
 from topology.composition.config_report import as_toml
-from topology.composition.worx_config import WorxConfig
+from topology.composition.worx_config import WorxConfig, variable_name
 from worx.settings import describe
 
 REGENERATE = "worx config docs > docs/settings.md"
@@ -66,7 +66,7 @@ def settings_markdown() -> str:
 def _sections(cls: type, dotted: str, about: str) -> list[str]:
     hints = typing.get_type_hints(cls)
     own = [f for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(hints[f.name])]
-    variable = "WORX_" + dotted.replace(".", "__").upper() + "__<FIELD>"
+    variable = variable_name(dotted) + "__<FIELD>"
     parts = [_table(f"[{dotted}]", variable, about, cls, own)]
     for field in dataclasses.fields(cls):
         if dataclasses.is_dataclass(hints[field.name]):

@@ -230,7 +230,7 @@ def load_config_with_sources(
             raw = tomllib.loads(file.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{file} is not valid TOML: {exc}") from exc
-    file_keys = frozenset(_dotted_leaves(raw))
+    file_keys = frozenset(dotted_leaves(raw))
     _check_variable_names(env)
     origins = _apply_env(raw, env)
     try:
@@ -248,13 +248,19 @@ def load_config_with_sources(
     return config, Sources(file=chosen_name, file_keys=file_keys, variables=origins)
 
 
-def _dotted_leaves(raw: typing.Mapping[str, Any], where: str = "") -> list[str]:
+def dotted_leaves(raw: typing.Mapping[str, Any], where: str = "") -> list[str]:
     """The dotted name of every value of a parsed file that is not itself a table."""
     found = []
     for key, value in raw.items():
         dotted = f"{where}.{key}" if where else key
-        found += _dotted_leaves(value, dotted) if isinstance(value, dict) else [dotted]
+        found += dotted_leaves(value, dotted) if isinstance(value, dict) else [dotted]
     return found
+
+
+def variable_name(dotted: str) -> str:
+    """The environment variable of a dotted setting: ``trainer.expert.rank`` ->
+    ``WORX_TRAINER__EXPERT__RANK``."""
+    return "WORX_" + dotted.replace(".", "__").upper()
 
 
 def is_secret(dotted: str, hint: Any = None) -> bool:
@@ -273,7 +279,7 @@ def setting_variables() -> list[str]:
     for section in dataclasses.fields(WorxConfig):
         hint = typing.get_type_hints(WorxConfig)[section.name]
         if dataclasses.is_dataclass(hint):
-            names += [f"WORX_{'__'.join(path)}".upper() for path in _leaves(hint, (section.name,))]
+            names += [variable_name(".".join(path)) for path in _leaves(hint, (section.name,))]
     return names
 
 
@@ -304,7 +310,7 @@ def _moved(old: str, new: str, variable: str | None = None) -> ConfigError:
     table, _, key = new.rpartition(".")
     if variable is None:
         return ConfigError(f"{old} moved: use [{table}] {key}")
-    renamed = "WORX_" + new.replace(".", "__").upper()
+    renamed = variable_name(new)
     return ConfigError(f"{old} moved: use {renamed} ([{table}] {key}) instead of {variable}")
 
 
@@ -314,7 +320,7 @@ def _check_variable_names(env: typing.Mapping[str, str]) -> None:
     valid = setting_variables()
     known = set(valid) | set(OTHER_VARIABLES)
     moved = moved_settings()
-    moved_variables = {"WORX_" + old.replace(".", "__").upper(): old for old in moved}
+    moved_variables = {variable_name(old): old for old in moved}
     for key in sorted(env):
         if key in moved_variables:
             old = moved_variables[key]
