@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from monitor.compact import COMPACT_DOMAINS
 from monitor.drift_explain import explain, tally
 from monitor.history import RUNS, MatrixHistory
 
@@ -138,6 +139,7 @@ def build_state(
             ],
         },
         "runs": runs,
+        "compact_domains": COMPACT_DOMAINS,  # beyond it the page draws its compact form
         "live": live,
         "store": store or {},
     }

@@ -20,6 +20,8 @@ import matplotlib.ticker  # noqa: E402
 from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from monitor.compact import COMPACT_DOMAINS  # noqa: E402
+
 PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#65a30d"]
 INK = "#1f2937"
 MUTED = "#6b7280"
@@ -31,10 +33,6 @@ OUTCOME_COLOURS = {  # a training span's colour: how the job ended
 }
 RUNNING = "#2563eb"
 CAPTION_PT = 8
-# beyond this many domains a heatmap cell is too small for its number: cells show colour
-# only (their numbers are in the report's tables and figures.json), panels stack, and
-# the perplexity figure's legend takes columns
-COMPACT_DOMAINS = 14
 CELL_IN = 0.24  # a compact heatmap cell, inches (a 7-point label per row and column fits)
 
 

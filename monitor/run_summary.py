@@ -21,12 +21,18 @@ def max_old_domain_loss_rise(rows: Sequence[EvalRow]) -> float:
     by the trunk alone. ``(L[i,j] - min_{s_j <= k < i} L[k,j]) / min(...)``; 0.0 if no step
     has an earlier value to compare with. Negative values (improvements) are floored at 0.
     """
+    return max(old_domain_loss_rises(rows).values(), default=0.0)
+
+
+def old_domain_loss_rises(rows: Sequence[EvalRow]) -> dict[str, float]:
+    """Per domain, the largest rise of :func:`max_old_domain_loss_rise` (floored at 0), for
+    each domain with a step to compare with an earlier value."""
     ordered = sorted(rows, key=lambda r: r.step)
     arrival: dict[str, int] = {}
     for row in ordered:
         if row.arrived_domain and row.arrived_domain not in arrival:
             arrival[row.arrived_domain] = row.step
-    worst = 0.0
+    worst: dict[str, float] = {}
     best: dict[str, float] = {}
     for row in ordered:
         for domain, loss in row.loss.items():
@@ -36,7 +42,8 @@ def max_old_domain_loss_rise(rows: Sequence[EvalRow]) -> float:
             if row.step < start:
                 continue
             if domain in best:
-                worst = max(worst, (loss - best[domain]) / best[domain])
+                rise = (loss - best[domain]) / best[domain]
+                worst[domain] = max(worst.get(domain, 0.0), rise)
                 best[domain] = min(best[domain], loss)
             else:
                 best[domain] = loss

@@ -25,6 +25,12 @@ function fresh(id) { const box = document.getElementById(id); box.replaceChildre
 
 // Domain id -> the name a person reads (the domain table's name or label), filled by render().
 let DOMAIN_NAMES = {};
+// Beyond this many domains (the state's compact_domains, monitor/compact.py) a cell is too
+// small for its number: heatmaps show colour only across the page and call out their worst
+// cells, the perplexity chart drops its legend and markers, tables show the latest rows.
+let COMPACT = 14;
+const LIST_ROWS = 12;
+function compact(run) { return run && run.domains.length > COMPACT; }
 function names(run) { return run.domain_names || run.domains; }
 function dn(id) { return (id && DOMAIN_NAMES[id]) || id; }
 // The name with the id beside it (ids stay the keys a person can search logs for).
@@ -53,33 +59,53 @@ function deltas(run) { return run.forgetting_matrix; }
 function drawHeatmap(id, run, span) {
   const box = fresh(id);
   if (!run) { html("p", { class: "empty" }, box, "no rows yet"); return; }
-  const cw = 86, ch = 30, left = 130, top = 8, bottom = 60;
+  const small = compact(run);
+  box.parentElement.classList.toggle("w12", small);  // a full row of the page for many columns
+  box.parentElement.classList.toggle("w6", !small);
+  const cw = small ? 22 : 86, ch = small ? 16 : 30, left = 130, top = 8, bottom = small ? 110 : 60;
   const w = left + cw * run.domains.length + 10, h = top + ch * run.steps.length + bottom;
   const svg = el("svg", { viewBox: `0 0 ${w} ${h}`, width: "100%", "data-rows": run.steps.length,
-                          "data-cols": run.domains.length, class: "heatmap" }, box);
+                          "data-cols": run.domains.length, class: small ? "heatmap compact" : "heatmap" }, box);
   const d = deltas(run);
   run.steps.forEach((step, i) => {
     const g = el("g", { class: "hm-row", "data-step": step }, svg);
-    el("text", { x: left - 8, y: top + ch * i + ch / 2 + 4, "text-anchor": "end", "font-size": 12, fill: "#374151" },
+    el("text", { x: left - 8, y: top + ch * i + ch / 2 + 4, "text-anchor": "end", "font-size": small ? 10 : 12, fill: "#374151" },
        g, `${step}  ${run.step_labels[i]}`);
     run.domains.forEach((dom, j) => {
       const x = left + cw * j, y = top + ch * i;
-      const rect = el("rect", { x, y, width: cw - 2, height: ch - 2, rx: 3, fill: colour(d[i][j], span), class: "hm-cell" }, g);
+      const rect = el("rect", { x, y, width: cw - 2, height: ch - 2, rx: small ? 1 : 3, fill: colour(d[i][j], span), class: "hm-cell" }, g);
       el("title", {}, rect, `${names(run)[j]} (${dom}) after step ${step}: loss ${fmt(run.loss[i][j])}, ppl ${fmt(run.perplexity[i][j], 1)}`);
+      if (small) return;  // colour only: the numbers are in each cell's tooltip and the worst-cells table
       const strong = d[i][j] !== null && Math.abs(d[i][j]) > 0.6 * span;
       el("text", { x: x + cw / 2 - 1, y: y + ch / 2 + 4, "text-anchor": "middle", "font-size": 11,
                    fill: strong ? "#fff" : "#1f2937" }, g, run.perplexity[i][j] === null ? "–" : fmt(run.perplexity[i][j], 1));
     });
   });
   run.arrivals.forEach((a, j) => {
-    if (a !== null) el("rect", { x: left + cw * j, y: top + ch * a, width: cw - 2, height: ch - 2, rx: 3,
-                                 fill: "none", stroke: "#111827", "stroke-width": 2.5 }, svg);
+    if (a !== null) el("rect", { x: left + cw * j, y: top + ch * a, width: cw - 2, height: ch - 2, rx: small ? 1 : 3,
+                                 fill: "none", stroke: "#111827", "stroke-width": small ? 1.5 : 2.5 }, svg);
   });
+  const worst = worstCells(run);
+  if (small) worst.forEach(c => el("rect", { x: left + cw * c.j - 1, y: top + ch * c.i - 1, width: cw, height: ch,
+                                             fill: "none", stroke: "#7f1d1d", "stroke-width": 2, class: "hm-worst" }, svg));
   names(run).forEach((name, j) => {
     const x = left + cw * j + cw / 2, y = top + ch * run.steps.length + 12;
-    el("text", { x, y, "text-anchor": "end", "font-size": 11, fill: "#374151", class: "hm-domain",
-                 "data-domain": run.domains[j], transform: `rotate(-30 ${x} ${y})` }, svg, name);
+    el("text", { x, y, "text-anchor": "end", "font-size": small ? 10 : 11, fill: "#374151", class: "hm-domain",
+                 "data-domain": run.domains[j], transform: `rotate(${small ? -60 : -30} ${x} ${y})` }, svg, name);
   });
+  if (small && worst.length) {
+    html("p", { class: "hint" }, box, `the ${worst.length} cells that lost most (outlined): loss above the domain's best earlier step`);
+    const t = table(box, ["domain", "after step", "loss rise (nats/token)", "perplexity"], worst.map(c => [
+      dnFull(run.domains[c.j]), `${run.steps[c.i]} ${run.step_labels[c.i]}`, fmt(c.delta), fmt(run.perplexity[c.i][c.j], 1)]));
+    t.classList.add("worst-cells");
+  }
+}
+
+// The cells with the largest loss rise above their domain's best earlier step (rise > 0).
+function worstCells(run, count = 8) {
+  const cells = [];
+  deltas(run).forEach((row, i) => row.forEach((delta, j) => { if (delta !== null && delta > 0) cells.push({ i, j, delta }); }));
+  return cells.sort((a, b) => b.delta - a.delta).slice(0, count);
 }
 
 // Ticks of a log axis spanning 10^lo..10^hi: powers of ten over two decades or more,
@@ -110,7 +136,7 @@ function lineChart(box, opts) {
   //        log, zero, height}; markers are dashed lines only: no text is drawn over the data
   const w = Math.max(420, box.clientWidth || 760), h = opts.height || 300, l = 64, t = 14;
   const b = opts.xticks ? 48 : 34;
-  const r = Math.min(210, 24 + 7 * Math.max(...opts.series.map(s => (s.legend || s.name).length)));
+  const r = opts.compact ? 16 : Math.min(210, 24 + 7 * Math.max(...opts.series.map(s => (s.legend || s.name).length)));
   const svg = el("svg", { viewBox: `0 0 ${w} ${h}`, width: "100%", class: opts.cls || "chart" }, box);
   const usable = v => v !== null && Number.isFinite(v) && (!opts.log || v > 0);
   const ys = opts.series.flatMap(s => s.points.map(p => p[1]).filter(usable));
@@ -130,9 +156,11 @@ function lineChart(box, opts) {
        svg, opts.log ? v.toLocaleString("en") : String(v));
   });
   if (opts.zero && lo < 0 && hi > 0) el("line", { x1: l, x2: w - r, y1: Y(0), y2: Y(0), stroke: "#9ca3af" }, svg);
+  const every = Math.ceil(xs.length / 16);  // tick labels that do not overlap: every k-th step
   xs.forEach((x, i) => {
+    if (i % every) return;
     const label = el("text", { x: X(x), y: h - b + 16, "text-anchor": "middle", "font-size": 11, fill: "#6b7280" }, svg, x);
-    if (opts.xticks) el("tspan", { x: X(x), dy: 13, "font-size": 10 }, label, opts.xticks[i]);
+    if (opts.xticks && every === 1) el("tspan", { x: X(x), dy: 13, "font-size": 10 }, label, opts.xticks[i]);
   });
   if (opts.xlabel !== "") el("text", { x: l, y: h - 4, "font-size": 11, fill: "#6b7280" }, svg, opts.xlabel || "step");
   if (opts.log) el("text", { x: 4, y: t + 4, "font-size": 10, fill: "#6b7280" }, svg, "log");
@@ -148,6 +176,7 @@ function lineChart(box, opts) {
     const path = el("path", { d, fill: "none", stroke: s.color, "stroke-width": s.width || 2.2,
                               "stroke-dasharray": s.dash || "", class: "series", "data-name": s.name }, svg);
     el("title", {}, path, s.name);
+    if (opts.compact) return;  // many series: thin lines; each names itself in its tooltip
     s.points.forEach(([x, y]) => { if (usable(y)) el("circle", { cx: X(x), cy: Y(y), r: 3, fill: s.color }, svg); });
     el("rect", { x: w - r + 12, y: t + 18 * k, width: 12, height: 4, fill: s.color }, svg);
     el("text", { x: w - r + 30, y: t + 18 * k + 6, "font-size": 11, fill: "#374151", class: "legend" }, svg, s.legend || s.name);
@@ -162,11 +191,11 @@ function drawPerplexity(run) {
     const points = run.steps.map((s, i) => [s, run.perplexity[i][j]]);
     const final = points.map(p => p[1]).filter(v => v !== null).pop();
     const legend = final === undefined ? name : `${name} (${Number(final).toFixed(1)})`;
-    return { name, legend, color: PALETTE[j % PALETTE.length], points };
+    return { name, legend, color: PALETTE[j % PALETTE.length], points, width: compact(run) ? 1.2 : undefined };
   });
   const markers = run.steps.filter((s, i) => run.experts[i]);
   const svg = lineChart(box, { series, xs: run.steps, xticks: run.step_labels, markers, log: true,
-                               xlabel: "", cls: "ppl-chart", height: 340 });
+                               xlabel: "", cls: "ppl-chart", height: 340, compact: compact(run) });
   svg.setAttribute("id", "ppl-svg");
   svg.setAttribute("data-series", series.length);
 }
@@ -210,7 +239,8 @@ function table(box, head, rows) {
 function drawTimeline(state) {
   const box = fresh("timeline"), run = state.runs.ours, jobs = Object.entries(state.live.jobs || {});
   if (jobs.length) {
-    table(box, ["domain", "job", "state", "progress", "loss"], jobs.sort((a, b) => a[1].updated_ms - b[1].updated_ms).map(([id, j]) => {
+    if (jobs.length > LIST_ROWS) html("p", { class: "hint" }, box, `training jobs: the ${LIST_ROWS} updated last of ${jobs.length}`);
+    table(box, ["domain", "job", "state", "progress", "loss"], jobs.sort((a, b) => a[1].updated_ms - b[1].updated_ms).slice(-LIST_ROWS).map(([id, j]) => {
       const done = j.state === "finished" ? 1 : (j.total_steps ? j.step / j.total_steps : 0);
       const bar = html("div", { class: "bar" }); html("i", { style: `width:${(100 * done).toFixed(0)}%` }, bar);
       const pill = html("span", { class: `pill ${j.state}` }, null, j.state);
@@ -218,11 +248,13 @@ function drawTimeline(state) {
     }));
   }
   if (run) {
-    html("p", { class: "hint" }, box, "registrations (evaluation steps)");
     const arrived = run.steps.map((s, i) => run.domains[run.arrivals.indexOf(s)]);
-    table(box, ["step", "expert", "domain", "evaluated at"], run.steps.slice(1).map((s, i) => [
+    const rows = run.steps.slice(1).map((s, i) => [
       s, run.experts[i + 1], arrived[i + 1] ? dnFull(arrived[i + 1]) : run.step_labels[i + 1].slice(1),
-      new Date(run.created_ms[i + 1]).toLocaleTimeString()]));
+      new Date(run.created_ms[i + 1]).toLocaleTimeString()]);
+    const shown = rows.length > LIST_ROWS ? `, the latest ${LIST_ROWS} of ${rows.length}` : "";
+    html("p", { class: "hint" }, box, `registrations (evaluation steps${shown})`);
+    table(box, ["step", "expert", "domain", "evaluated at"], rows.slice(-LIST_ROWS));
   } else if (!jobs.length) html("p", { class: "empty" }, box, "no experts yet");
 }
 
@@ -267,6 +299,7 @@ function drawStream(live, store) {
 
 function render(state) {
   const runs = state.runs;
+  COMPACT = state.compact_domains || COMPACT;
   DOMAIN_NAMES = { ...(state.names || {}) };
   Object.values(runs).filter(Boolean).forEach(r => r.domains.forEach((d, j) => { DOMAIN_NAMES[d] = names(r)[j]; }));
   const spans = Object.values(runs).filter(Boolean).flatMap(r => deltas(r).flat().filter(v => v !== null).map(Math.abs));

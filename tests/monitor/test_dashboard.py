@@ -171,3 +171,49 @@ def test_dashboard_in_headless_chromium(server: DashboardServer) -> None:
         finally:
             browser.close()
     assert (ARTIFACTS / "monitor-dashboard.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)"
+)
+def test_fifty_domains_stay_readable_in_headless_chromium(tmp_path: Path) -> None:
+    from tests.monitor.test_plots_many import N, _history
+
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="the playwright package is not installed"
+    )
+    history = _history(tmp_path)
+    names = {f"dom-{k:03d}": f"kind_of_text_{k:02d}" for k in range(N)}
+    ARTIFACTS.mkdir(exist_ok=True)
+    with DashboardServer(lambda: build_state(history, labels=names), port=0) as srv:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1500})
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                page.goto(srv.url)
+                page.wait_for_selector("body[data-rendered]", timeout=15_000)
+                count = lambda sel: page.eval_on_selector_all(sel, "n => n.length")  # noqa: E731
+                assert count("#heatmap-ours svg.compact g.hm-row") == N + 1
+                # colour only: the one text of a row is its label, no number in any cell
+                assert count("#heatmap-ours g.hm-row text") == N + 1
+                widths = page.eval_on_selector_all(
+                    "#heatmap-ours rect.hm-cell",
+                    "ns => ns.map(n => n.getBoundingClientRect().width)",
+                )
+                assert min(widths) >= 14  # a full row of the page: room for a 10-point label
+                assert "w12" in page.get_attribute("#heatmap-ours >> xpath=..", "class")
+                # the dense baseline forgets: its worst cells are outlined and listed
+                assert count("#heatmap-dense_baseline rect.hm-worst") == 8
+                worst = page.inner_text("#heatmap-dense_baseline table.worst-cells")
+                assert "kind_of_text_49" in worst.splitlines()[1]  # the most forgotten first
+                assert count("#heatmap-ours table.worst-cells") == 0  # ours forgets nothing
+                assert count("#ppl text.legend") == 0 and count("#ppl path.series") == N
+                assert "the latest 12 of 50" in page.inner_text("#timeline")
+                assert page.evaluate("document.body.scrollHeight") < 4500
+                page.screenshot(path=str(ARTIFACTS / "monitor-dashboard-50.png"), full_page=True)
+                assert errors == []
+            finally:
+                browser.close()

@@ -79,3 +79,30 @@ def test_the_view_shows_the_idle_rate_urls_wrapped_outcomes_and_drift() -> None:
     assert "1 new domain, 0 novelty-rate rises, 2 domain drifts" in text
     assert "job job-2 (drift): queued" in text  # what the drift of dom-a led to
     assert "no drift job: 3 recent documents" in " ".join(text.split())  # and why dom-b none
+
+
+def test_fifty_domains_fit_a_screen_with_the_worst_forgetting_shown_first() -> None:
+    from monitor.records import EvalRow
+    from topology.loop.live_view import LIST_ROWS
+
+    state = LoopState()
+    ids = [f"dom-{i:02d}" for i in range(50)]
+    for i, domain in enumerate(ids):
+        state.domains[domain] = DomainRecord(domain, [1.0, 0.0], 0.5, 40, 0.6, name=f"kind{i:02d}")
+        state.jobs[f"job-{i:02d}"] = _job(f"job-{i:02d}", domain, "new_domain", i)
+        if i < 45:  # 45 ended, 5 still queued
+            state.job_status[f"job-{i:02d}"] = TrainStatus(f"job-{i:02d}", domain, "finished")
+    loss = {d: 2.0 for d in ids}
+    state.eval_rows[("ours", 0)] = EvalRow("ours", 0, [], dict(loss), {d: 7.39 for d in ids})
+    later = {**loss, "dom-17": 2.1}  # kind17's loss rose 5% (the one to call out)
+    ppl = {d: 7.39 for d in ids} | {"dom-17": 8.17}
+    state.eval_rows[("ours", 1)] = EvalRow("ours", 1, ["e1"], later, ppl, arrived_domain="dom-03")
+    text = _text(LiveView(0.0), state, width=120)
+    assert len(text.splitlines()) < 70  # 50 domains, 50 jobs, 50 forgetting columns: a screen
+    assert "domains discovered: 50 (latest 12 shown)" in text and "kind49" in text
+    assert "kind00 " not in text.split("training jobs")[0]  # the oldest domain is not listed
+    assert all(f"job-{i}" in text for i in range(45, 50))  # every queued job is shown
+    forgetting = text.split("held-out perplexity of 50 domains")[1]
+    first_row = next(line for line in forgetting.splitlines() if "kind" in line)
+    assert "kind17" in first_row and "5.00%" in first_row
+    assert text.count("kind") <= 3 * LIST_ROWS + 2

@@ -17,12 +17,18 @@ from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 
+from monitor.compact import COMPACT_DOMAINS
 from monitor.drift_explain import explain, outcome, tally
+from monitor.run_summary import old_domain_loss_rises
 from router.naming import display_name
 from topology.loop.watcher import LoopState
 
 RATE_WINDOW_S = 10.0
 DRIFT_ROWS = 6  # latest drift events shown (all of them are in the summary)
+# rows of the domains, jobs and (beyond COMPACT_DOMAINS) forgetting panels, so that a run of
+# 50 domains fits a screen: the latest domains, the running and queued jobs first, the
+# domains that lost most first; the panel's title counts the rest
+LIST_ROWS = 12
 
 
 class WindowRate:
@@ -118,7 +124,8 @@ def _domains(state: LoopState) -> Panel:
     for column in ("size", "cohesion", "threshold"):
         table.add_column(column, justify="right")
     table.add_column("experts", overflow="fold")
-    for record in state.domains.values():
+    records = list(state.domains.values())
+    for record in records[-LIST_ROWS:]:  # the most recently changed last
         table.add_row(
             record.domain_id,
             display_name(record) if display_name(record) != record.domain_id else "",
@@ -127,7 +134,8 @@ def _domains(state: LoopState) -> Panel:
             f"{record.threshold:.2f}",
             ", ".join(record.expert_ids) or "-",
         )
-    return Panel(table, title=f"domains discovered: {len(state.domains)}")
+    shown = f" (latest {LIST_ROWS} shown)" if len(records) > LIST_ROWS else ""
+    return Panel(table, title=f"domains discovered: {len(records)}{shown}")
 
 
 def _jobs(state: LoopState) -> Panel:
@@ -140,7 +148,7 @@ def _jobs(state: LoopState) -> Panel:
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("loss", justify="right", no_wrap=True)
     table.add_column("outcome", overflow="fold", ratio=1)  # wraps: reasons are sentences
-    for job_id, job in state.jobs.items():
+    for job_id, job in _jobs_shown(state):
         status = state.job_status.get(job_id)
         table.add_row(
             job_id[:16],
@@ -151,9 +159,19 @@ def _jobs(state: LoopState) -> Panel:
             f"{status.loss:.3f}" if status and status.loss is not None else "",
             outcome(status) if status and status.state not in ("started", "step") else "",
         )
-    return Panel(
-        table, title=f"training jobs: {len(state.jobs)}   experts registered: {len(state.experts)}"
-    )
+    title = f"training jobs: {len(state.jobs)}   experts registered: {len(state.experts)}"
+    if len(state.jobs) > LIST_ROWS:
+        title += f"   ({len(state.pending_jobs())} queued or running first, then the latest)"
+    return Panel(table, title=title)
+
+
+def _jobs_shown(state: LoopState) -> list:
+    """At most LIST_ROWS jobs: those queued or running, then the latest to end, in order."""
+    pending = state.pending_jobs()
+    ended = [job_id for job_id in state.jobs if job_id not in set(pending)]
+    room = max(0, LIST_ROWS - len(pending))
+    keep = set(pending[:LIST_ROWS]) | set(ended[len(ended) - room :])
+    return [(job_id, job) for job_id, job in state.jobs.items() if job_id in keep]
 
 
 def _drift(state: LoopState) -> Panel:
@@ -176,6 +194,8 @@ def _forgetting(state: LoopState) -> Panel:
     domains = sorted({d for row in rows for d in row.loss})
     names = _names(state)
     labels = {d: names.get(d, d) for d in domains}
+    if len(domains) > COMPACT_DOMAINS:
+        return _forgetting_worst_first(rows, domains, labels)
     table = Table(expand=True, show_edge=False)
     table.add_column("step")
     for domain in domains:
@@ -192,4 +212,34 @@ def _forgetting(state: LoopState) -> Panel:
         )
     return Panel(
         table, title="held-out perplexity per domain after each registration (row 0: trunk alone)"
+    )
+
+
+def _forgetting_worst_first(rows: list, domains: list[str], labels: dict[str, str]) -> Panel:
+    """Many domains: one row per domain (not a column), the LIST_ROWS that lost most first:
+    perplexity under the trunk alone (row 0) and now, and the worst loss rise since it was
+    old (monitor.run_summary.old_domain_loss_rises, the summary's figure)."""
+    rises = old_domain_loss_rises(rows)
+    first = {d: next(r.perplexity[d] for r in rows if d in r.perplexity) for d in domains}
+    latest = rows[-1]
+    order = sorted(domains, key=lambda d: (-rises.get(d, 0.0), labels[d]))
+    table = Table(expand=True, show_edge=False)
+    table.add_column("domain", overflow="fold")
+    for column in ("first ppl", "ppl now", "worst loss rise"):
+        table.add_column(column, justify="right")
+    for domain in order[:LIST_ROWS]:
+        now = latest.perplexity.get(domain)
+        table.add_row(
+            labels[domain],
+            f"{first[domain]:.1f}",
+            "" if now is None else f"{now:.1f}",
+            f"{100 * rises.get(domain, 0.0):.2f}%",
+        )
+    changed = sum(len(r.weight_changes) for r in rows)
+    rest = len(domains) - min(len(domains), LIST_ROWS)
+    return Panel(
+        table,
+        title=f"held-out perplexity of {len(domains)} domains after step {latest.step}, "
+        f"the {min(len(domains), LIST_ROWS)} that lost most first ({rest} more)   "
+        f"weights changed: {changed}",
     )
