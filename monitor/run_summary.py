@@ -11,7 +11,11 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
+from monitor.cluster_agreement import nmi_purity
 from monitor.records import EvalRow
+from router.table import DomainTable
 
 
 def max_old_domain_loss_rise(rows: Sequence[EvalRow]) -> float:
@@ -218,6 +222,19 @@ def time_to_expert(
         "percentile": PERCENTILE_METHOD,
         "never": sorted(label for label, w in per_label.items() if w is None),
     }
+
+
+def nearest_domain_nmi(
+    labels: Sequence[str], vectors: np.ndarray, table: DomainTable
+) -> float | None:
+    """NMI of the discovered domains against the labels at the end of a run: document i
+    (given label ``labels[i]``, embedded as ``vectors[i]``) goes to the nearest active
+    domain of ``table`` regardless of thresholds, as the inference gate picks experts
+    ("novel" when the table is empty). bench/discovery.py's ``nmi``. None for no document."""
+    if not labels:
+        return None
+    domains = [table.nearest(vector)[0] or "novel" for vector in vectors]
+    return nmi_purity(labels, domains)[0]
 
 
 def cpu_per_registration(rows: Sequence[EvalRow], count: int = 10) -> dict[str, object] | None:
