@@ -83,7 +83,7 @@ class LoopState:
     routed_ids: RecentIds = field(default_factory=RecentIds)
     novel: int = 0
     # (label, domain id or "novel") -> routed documents, each document's first decision:
-    # the contingency table of the summary's nmi (bounded: pairs past MAX_ROWS as "(other)")
+    # the contingency table of the summary's nmi_as_routed (pairs past MAX_ROWS: "(other)")
     routed_by_label: Counter = field(default_factory=Counter)
     domains: dict[str, DomainRecord] = field(default_factory=dict)
     drift_events: deque[DriftEvent] = field(default_factory=lambda: deque(maxlen=MAX_ROWS))
