@@ -34,7 +34,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import math
 import random
 import sys
 import time
@@ -48,6 +47,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from ingest.records import Doc  # noqa: E402
+from monitor.cluster_agreement import nmi_purity  # noqa: E402
 from router.config import RouterConfig  # noqa: E402
 from router.discover import DiscoverStage  # noqa: E402
 from router.embed import HashedTfidfEmbedder, default_embedder  # noqa: E402
@@ -58,21 +58,6 @@ from worx.scenario import LabelledDoc, Scenario  # noqa: E402
 from worx.stage import Message  # noqa: E402
 
 log = logging.getLogger("bench.discovery")
-
-
-def nmi_purity(labels: list[str], clusters: list[str]) -> tuple[float, float]:
-    """Normalised mutual information (arithmetic mean normalisation) and purity."""
-    n = len(labels)
-    joint = Counter(zip(labels, clusters, strict=True))
-    lab, clu = Counter(labels), Counter(clusters)
-    mi = sum(c / n * math.log(c * n / (lab[a] * clu[b])) for (a, b), c in joint.items())
-    h_lab = -sum(c / n * math.log(c / n) for c in lab.values())
-    h_clu = -sum(c / n * math.log(c / n) for c in clu.values())
-    nmi = 2 * mi / (h_lab + h_clu) if h_lab + h_clu > 0 else 1.0
-    best: dict[str, int] = {}
-    for (_a, b), c in joint.items():
-        best[b] = max(best.get(b, 0), c)
-    return nmi, sum(best.values()) / n
 
 
 class Pipeline:

@@ -8,11 +8,14 @@ majority label of each domain's members), which is how a run on a labelled corpu
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
+from monitor.cluster_agreement import nmi_purity
 from monitor.records import EvalRow
+from router.table import DomainTable
 
 
 def max_old_domain_loss_rise(rows: Sequence[EvalRow]) -> float:
@@ -144,33 +147,101 @@ def expert_counts(
     }
 
 
+WAIT_PARTS = ("detect_s", "queue_s", "train_s")  # a wait's parts, in order; they add up
+PERCENTILE_METHOD = (
+    "nearest rank over the labels served: the value of rank ceil(p/100 * n) among the n "
+    "sorted; below 20 labels p95 is the longest"
+)
+
+
+def nearest_rank(values: Sequence[float], percent: float) -> float | None:
+    """The ``percent``-th percentile by nearest rank: the sorted value of rank
+    ``ceil(percent / 100 * n)`` (1-based; rank 1 at 0), always one of ``values``; None
+    when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(percent / 100 * len(ordered))) - 1]
+
+
+def _seconds(start_ms: int | None, end_ms: int | None) -> float | None:
+    return round((end_ms - start_ms) / 1000, 1) if start_ms and end_ms else None
+
+
 def time_to_expert(
     first_doc_ms: Mapping[str, int],
-    registrations: Mapping[str, tuple[str, int]],
+    registrations: Mapping[str, tuple[str, int, str | None]],
     labels: Mapping[str, str],
     new_labels: Sequence[str],
+    job_created_ms: Mapping[str, int],
+    job_started_ms: Mapping[str, int],
 ) -> dict[str, object]:
-    """How long a user waits for a new kind of text to be served by an expert of its own:
-    for each new label, seconds from its first document entering (``first_doc_ms``: label
-    -> the document's ``created_ms``) to the first registration of an expert of a domain
-    with that label (``registrations``: expert id -> (domain id, created_ms)); None for a
-    label that never got one. With the median and the largest over the labels served."""
-    first_expert: dict[str, int] = {}
-    for domain_id, created_ms in registrations.values():
+    """How long a user waits for a new kind of text to be served by an expert of its own,
+    per new label, and where the time went.
+
+    ``first_doc_ms``: label -> its first document's ``created_ms``; ``registrations``:
+    expert id -> (domain id, the registration's ``created_ms``, its job id); the label's
+    first expert is the earliest registration of a domain with that label.
+    ``job_created_ms``: job id -> the ``TrainJob``'s ``created_ms`` (discover asked for
+    it); ``job_started_ms``: job id -> the ``created_ms`` of its first ``started`` status.
+
+    Each served label gets ``total_s`` (first document -> first registration) and its
+    parts ``detect_s`` (-> the job created), ``queue_s`` (-> the job started) and
+    ``train_s`` (-> the registration); a part whose timestamps are missing is None, and a
+    label never served is None. ``p50_s`` and ``p95_s`` hold the percentiles
+    (:func:`nearest_rank`) of the total and of each part over the labels that have it.
+    """
+    first: dict[str, tuple[int, str | None]] = {}
+    for domain_id, created_ms, job_id in registrations.values():
         label = labels.get(domain_id)
-        if label is not None and created_ms:
-            first_expert[label] = min(created_ms, first_expert.get(label, created_ms))
-    waits: dict[str, float | None] = {}
+        if label is None or not created_ms:
+            continue
+        if label not in first or created_ms < first[label][0]:
+            first[label] = (created_ms, job_id)
+    per_label: dict[str, dict[str, float | None] | None] = {}
     for label in new_labels:
-        start, end = first_doc_ms.get(label), first_expert.get(label)
-        waits[label] = round((end - start) / 1000, 1) if start and end else None
-    served = sorted(w for w in waits.values() if w is not None)
+        start, (end, job_id) = first_doc_ms.get(label), first.get(label, (None, None))
+        total = _seconds(start, end)
+        if total is None:
+            per_label[label] = None
+            continue
+        created = job_created_ms.get(job_id) if job_id else None
+        started = job_started_ms.get(job_id) if job_id else None
+        per_label[label] = {
+            "total_s": total,
+            "detect_s": _seconds(start, created),
+            "queue_s": _seconds(created, started),
+            "train_s": _seconds(started, end),
+            "job_id": job_id,
+        }
+    served = [w for w in per_label.values() if w is not None]
+
+    def percentiles(percent: float) -> dict[str, float | None]:
+        return {
+            key: nearest_rank([w[key] for w in served if w[key] is not None], percent)
+            for key in ("total_s", *WAIT_PARTS)
+        }
+
     return {
-        "per_label": waits,
-        "median_s": statistics.median(served) if served else None,
-        "max_s": served[-1] if served else None,
-        "never": sorted(label for label, w in waits.items() if w is None),
+        "per_label": per_label,
+        "p50_s": percentiles(50),
+        "p95_s": percentiles(95),
+        "percentile": PERCENTILE_METHOD,
+        "never": sorted(label for label, w in per_label.items() if w is None),
     }
+
+
+def nearest_domain_nmi(
+    labels: Sequence[str], vectors: np.ndarray, table: DomainTable
+) -> float | None:
+    """NMI of the discovered domains against the labels at the end of a run: document i
+    (given label ``labels[i]``, embedded as ``vectors[i]``) goes to the nearest active
+    domain of ``table`` regardless of thresholds, as the inference gate picks experts
+    ("novel" when the table is empty). bench/discovery.py's ``nmi``. None for no document."""
+    if not labels:
+        return None
+    domains = [table.nearest(vector)[0] or "novel" for vector in vectors]
+    return nmi_purity(labels, domains)[0]
 
 
 def cpu_per_registration(rows: Sequence[EvalRow], count: int = 10) -> dict[str, object] | None:

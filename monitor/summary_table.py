@@ -29,6 +29,8 @@ SUMMARY_FIGURES: tuple[tuple[str, str, str], ...] = (
     ("documents", "documents ingested", "int"),
     ("dead_letters", "dead letters (malformed lines, with reasons)", "int"),
     ("domains_discovered", "domains discovered", "int"),
+    ("nmi", "discovered domains against the labels (NMI, final table)", "score"),
+    ("nmi_as_routed", "... as route decided when each document came", "score"),
     ("experts", "experts registered", "int"),
     ("new_domains_with_expert", "new domains with their expert", "int"),
     ("spurious_experts", "spurious experts (a 2nd for one label, or unlabelled)", "int"),
@@ -42,7 +44,11 @@ SUMMARY_FIGURES: tuple[tuple[str, str, str], ...] = (
     ("domains_dense_better", "domains where dense ends lower", "list"),
     ("monitor_cpu_s_per_registration", "monitor CPU per registration, ours", "cpu"),
     ("baseline_cpu_s_per_registration", "monitor CPU per registration, dense", "cpu"),
-    ("time_to_expert_s", "first document of a new kind -> its expert serving", "wait"),
+    ("time_to_expert_s", "first document of a new kind -> its expert serving", "wait_total_s"),
+    ("time_to_expert_s", "... of which until discover asked for a job", "wait_detect_s"),
+    ("time_to_expert_s", "... of which the job queued for a trainer", "wait_queue_s"),
+    ("time_to_expert_s", "... of which training (and the quality gate)", "wait_train_s"),
+    ("trainers", "trainer processes", "int"),
 )
 
 
@@ -53,13 +59,14 @@ def format_figure(value: object, kind: str) -> str:
     if kind == "cpu":  # run_summary.cpu_per_registration
         first, last = value["first_ten_mean"], value["last_ten_mean"]  # type: ignore[index]
         return f"{first:.2f} s first 10, {last:.2f} s last 10"
-    if kind == "wait":  # run_summary.time_to_expert
-        median, worst = value["median_s"], value["max_s"]  # type: ignore[index]
-        if median is None:
-            return "no new kind got an expert"
-        return (
-            f"median {format_figure(median, 'seconds')}, longest {format_figure(worst, 'seconds')}"
-        )
+    if kind.startswith("wait_"):  # run_summary.time_to_expert: one part's percentiles
+        part = kind.removeprefix("wait_")
+        p50, p95 = value["p50_s"][part], value["p95_s"][part]  # type: ignore[index]
+        if p50 is None:
+            return "no new kind got an expert" if part == "total_s" else "-"
+        return f"p50 {format_figure(p50, 'seconds')}, p95 {format_figure(p95, 'seconds')}"
+    if kind == "score":
+        return f"{value:.3f}"
     if kind == "list":
         return ", ".join(str(v) for v in value) if value else "none"  # type: ignore[union-attr]
     if isinstance(value, bool):

@@ -12,7 +12,6 @@ Runs in the Flink venv (README "Flink"); skipped where apache-flink is not insta
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ import pytest
 pytest.importorskip("pyflink", reason='apache-flink is not installed (README "Flink" venv)')
 
 from ingest.records import DeadLetter, Doc  # noqa: E402
+from monitor.cluster_agreement import nmi_purity  # noqa: E402
 from router.config import RouterConfig  # noqa: E402
 from router.records import DomainRecord, RoutedDoc, TrainJob  # noqa: E402
 from tests.support.kafka import produce, publish_many, read_messages  # noqa: E402
@@ -50,18 +50,6 @@ HOSTILE = [
     b"\xff\xfe\x00 not utf-8",
     b'{"doc_id": "h-deep", "text": ' + b"[" * 2000 + b"]" * 2000 + b"}",
 ]
-
-
-def nmi(labels: list, clusters: list) -> float:
-    """Normalised mutual information (arithmetic mean normalisation)."""
-    n = len(labels)
-    joint = Counter(zip(labels, clusters, strict=True))
-    a, b = Counter(labels), Counter(clusters)
-    mi = sum(c / n * math.log(c * n / (a[x] * b[y])) for (x, y), c in joint.items())
-    h = -sum(c / n * math.log(c / n) for c in a.values()) - sum(
-        c / n * math.log(c / n) for c in b.values()
-    )
-    return 2 * mi / h if h > 0 else 1.0
 
 
 class FlinkRun:
@@ -264,7 +252,7 @@ def _one_job_per_domain(jobs: dict) -> Counter:
 def test_flink_finds_the_plain_runtimes_domains_and_loses_no_document(runs):
     p1 = runs["p1"]
     assert p1["ids"] >= runs["ids"]  # every document routed at least once
-    assert nmi(runs["reference"], p1["assignment"]) >= 0.99
+    assert nmi_purity(runs["reference"], p1["assignment"])[0] >= 0.99
     assert set(p1["jobs"]) == set(runs["ref_jobs"])  # the same jobs, under the same ids
     per_domain = _one_job_per_domain(p1["jobs"])
     assert len(per_domain) == len(ORDER) and set(per_domain.values()) == {1}

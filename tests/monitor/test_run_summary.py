@@ -55,15 +55,54 @@ def test_monitor_cpu_per_registration_first_and_last_ten() -> None:
     assert run_summary.cpu_per_registration(old) is None
 
 
-def test_time_to_expert_runs_from_a_kind_s_first_document_to_its_first_expert() -> None:
-    first_doc_ms = {"legal": 10_000, "news": 20_000, "code": 30_000}
+def test_time_to_expert_splits_each_wait_into_detection_queue_and_training() -> None:
+    first_doc_ms = {"legal": 10_000, "news": 20_000, "code": 30_000, "bio": 40_000}
     registrations = {
-        "exp-1": ("dom-legal", 70_000),  # legal: 60 s
-        "exp-2": ("dom-legal-2", 50_000),  # a second domain of legal served it first: 40 s
-        "exp-3": ("dom-code", 130_000),  # code: 100 s
+        "exp-1": ("dom-legal", 70_000, "job-legal"),  # legal: 60 s, but not the first
+        "exp-2": ("dom-legal-2", 50_000, "job-legal-2"),  # a second domain of legal: 40 s
+        "exp-3": ("dom-code", 130_000, "job-code"),  # code: 100 s
+        "exp-4": ("dom-bio", 60_000, "job-bio-gone"),  # bio: 20 s, its job's records gone
     }
-    labels = {"dom-legal": "legal", "dom-legal-2": "legal", "dom-code": "code"}
-    out = run_summary.time_to_expert(first_doc_ms, registrations, labels, ["legal", "code", "news"])
-    assert out["per_label"] == {"legal": 40.0, "code": 100.0, "news": None}
-    assert out["median_s"] == 70.0 and out["max_s"] == 100.0
-    assert out["never"] == ["news"]
+    labels = {"dom-legal": "legal", "dom-legal-2": "legal", "dom-code": "code", "dom-bio": "bio"}
+    job_created_ms = {"job-legal": 30_000, "job-legal-2": 25_000, "job-code": 40_000}
+    job_started_ms = {"job-legal": 31_000, "job-legal-2": 27_000, "job-code": 70_000}
+    out = run_summary.time_to_expert(
+        first_doc_ms,
+        registrations,
+        labels,
+        ["legal", "code", "news", "bio"],
+        job_created_ms,
+        job_started_ms,
+    )
+    assert out["per_label"]["legal"] == {
+        "total_s": 40.0,
+        "detect_s": 15.0,  # 10 s -> the job of the domain that served it first, at 25 s
+        "queue_s": 2.0,
+        "train_s": 23.0,
+        "job_id": "job-legal-2",
+    }
+    code = out["per_label"]["code"]
+    assert (code["detect_s"], code["queue_s"], code["train_s"]) == (10.0, 30.0, 60.0)
+    assert code["detect_s"] + code["queue_s"] + code["train_s"] == code["total_s"] == 100.0
+    bio = out["per_label"]["bio"]
+    assert bio["total_s"] == 20.0 and bio["detect_s"] is bio["queue_s"] is bio["train_s"] is None
+    assert out["per_label"]["news"] is None and out["never"] == ["news"]
+    # nearest rank over the labels that have the figure: totals 20, 40, 100
+    assert out["p50_s"] == {"total_s": 40.0, "detect_s": 10.0, "queue_s": 2.0, "train_s": 23.0}
+    assert out["p95_s"] == {"total_s": 100.0, "detect_s": 15.0, "queue_s": 30.0, "train_s": 60.0}
+
+
+def test_no_new_kind_served_has_no_percentiles() -> None:
+    out = run_summary.time_to_expert({"legal": 1_000}, {}, {}, ["legal"], {}, {})
+    assert out["per_label"] == {"legal": None} and out["never"] == ["legal"]
+    assert set(out["p50_s"].values()) == set(out["p95_s"].values()) == {None}
+
+
+def test_nearest_rank_is_always_one_of_the_values() -> None:
+    twenty = [float(v) for v in range(1, 21)]
+    assert run_summary.nearest_rank(twenty, 95) == 19.0  # rank ceil(19.0) = 19
+    assert run_summary.nearest_rank(twenty, 50) == 10.0
+    assert run_summary.nearest_rank(twenty[:19], 95) == 19.0  # below 20 values: the largest
+    assert run_summary.nearest_rank([3.0, 1.0, 2.0, 4.0], 50) == 2.0  # not the median's 2.5
+    assert run_summary.nearest_rank([5.0], 0) == run_summary.nearest_rank([5.0], 100) == 5.0
+    assert run_summary.nearest_rank([], 50) is None

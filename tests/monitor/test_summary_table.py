@@ -116,3 +116,23 @@ def test_drift_can_come_from_the_caller_s_records_not_the_saved_files(tmp_path: 
     text = " ".join(console.export_text().split())
     assert "0 new domains, 0 novelty-rate rises, 1 domain drift" in text
     assert "court·plaintiff (dom-a)" in text and "no drift job: 9 recent documents" in text
+
+
+def test_time_to_expert_reads_as_percentiles_of_the_wait_and_its_parts() -> None:
+    waits = {
+        "p50_s": {"total_s": 128.7, "detect_s": 40.2, "queue_s": 3.1, "train_s": 85.4},
+        "p95_s": {"total_s": 229.9, "detect_s": 60.0, "queue_s": 95.0, "train_s": 130.0},
+    }
+    report = {**REPORT, "time_to_expert_s": waits, "nmi": 0.92407, "nmi_as_routed": 0.14765}
+    text = _printed({**report, "trainers": 2})
+    rows = text.split("│ time_to_expert_s")
+    assert rows[0].endswith("│ p50 2 min 9 s, p95 3 min 50 s ")  # the whole wait first
+    assert rows[1].endswith("until discover asked for a job │ p50 40 s, p95 1 min 0 s ")
+    assert rows[2].endswith("the job queued for a trainer │ p50 3 s, p95 1 min 35 s ")
+    assert rows[3].endswith("training (and the quality gate) │ p50 1 min 25 s, p95 2 min 10 s ")
+    assert "│ 0.924 │ nmi " in text and "│ 0.148 │ nmi_as_routed" in text
+    assert "trainer processes │ 2 │ trainers" in text
+    none = {key: dict.fromkeys(waits["p50_s"]) for key in waits}
+    text = _printed({**REPORT, "time_to_expert_s": none})
+    assert "│ no new kind got an expert │ time_to_expert_s" in text
+    assert "queued for a trainer │ - │ time_to_expert_s" in text

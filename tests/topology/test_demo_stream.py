@@ -1,5 +1,6 @@
-"""`worx demo`'s feed (topology/loop/demo_run.py), phased and company-shaped, on the bundled
-corpus: what `worx ingest` is handed, line by line. No broker: the file is the whole of it."""
+"""`worx demo`'s feed (topology/loop/demo_run.py), phased and mixed (company-shaped), on the
+bundled corpus: what `worx ingest` is handed, line by line. No broker: the file is the whole
+of it."""
 
 from __future__ import annotations
 
@@ -31,11 +32,12 @@ def documents(lines: list[str]) -> list[dict]:
     return [json.loads(line) for line in lines if line not in BAD_LINES]
 
 
-def test_company_feed_is_seeded_has_every_domain_and_the_malformed_lines(tmp_path: Path):
-    company = plan(tmp_path, stream="company")
-    lines = stream_lines(company)
-    assert lines == stream_lines(plan(tmp_path, stream="company"))
-    assert lines != stream_lines(plan(tmp_path, stream="company", seed=1))
+def test_mixed_feed_is_seeded_has_every_domain_and_the_malformed_lines(tmp_path: Path):
+    mixed = plan(tmp_path, stream="mixed")
+    lines = stream_lines(mixed)
+    assert lines == stream_lines(plan(tmp_path, stream="mixed"))
+    assert lines == stream_lines(plan(tmp_path, stream="company"))  # its older name
+    assert lines != stream_lines(plan(tmp_path, stream="mixed", seed=1))
     docs = documents(lines)
     selected = {*TRUNK_DOMAINS, *NEW_DOMAINS}
     counts = Counter(doc["domain"] for doc in docs)
@@ -64,37 +66,37 @@ def test_phased_feed_is_still_the_phases_then_the_mixture(tmp_path: Path):
     assert all(doc["id"].endswith(".m") for doc in docs[7 * 320 :])
 
 
-def test_docs_sets_the_company_streams_length_over_the_selected_domains(tmp_path: Path):
-    chosen = plan(tmp_path, stream="company", docs=900, old_domains=(), new_domains=NEW_DOMAINS)
+def test_docs_sets_the_mixed_streams_length_over_the_selected_domains(tmp_path: Path):
+    chosen = plan(tmp_path, stream="mixed", docs=900, old_domains=(), new_domains=NEW_DOMAINS)
     lines = stream_lines(chosen)
     docs = documents(lines)
     assert len(docs) == 900 and {doc["domain"] for doc in docs} == set(NEW_DOMAINS)
     assert [x for x in lines if x in BAD_LINES] == list(BAD_LINES[:2])  # at 199 and 599
     # the order the domains are named in does not change the stream
     backwards = tuple(reversed(NEW_DOMAINS))
-    reordered = plan(tmp_path, stream="company", docs=900, old_domains=(), new_domains=backwards)
+    reordered = plan(tmp_path, stream="mixed", docs=900, old_domains=(), new_domains=backwards)
     assert stream_lines(reordered) == lines
 
 
 def test_write_stream_writes_the_lines_it_counts(tmp_path: Path):
-    company = plan(tmp_path, stream="company", docs=250, new_domains=("legal",))
-    path, count = write_stream(company)
-    assert path.read_text().splitlines() == stream_lines(company) and count == 251
+    mixed = plan(tmp_path, stream="mixed", docs=250, new_domains=("legal",))
+    path, count = write_stream(mixed)
+    assert path.read_text().splitlines() == stream_lines(mixed) and count == 251
 
 
-def test_a_wrong_company_stream_is_refused_before_the_run_directory_exists(tmp_path: Path):
+def test_a_wrong_mixed_stream_is_refused_before_the_run_directory_exists(tmp_path: Path):
     with pytest.raises(UserError, match="unknown domain"):
-        write_stream(plan(tmp_path, stream="company", new_domains=("legl",)))
+        write_stream(plan(tmp_path, stream="mixed", new_domains=("legl",)))
     with pytest.raises(UserError, match="--docs N with N >= 1"):
-        write_stream(plan(tmp_path, stream="company", docs=0))
+        write_stream(plan(tmp_path, stream="mixed", docs=0))
     with pytest.raises(UserError, match="unknown stream"):
         demo_documents(plan(tmp_path, stream="shuffled"))
     assert not (tmp_path / "run").exists()
 
 
-def test_docs_without_the_company_stream_is_one_line_error(capsys, monkeypatch, tmp_path):
+def test_docs_without_the_mixed_stream_is_one_line_error(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     assert main(["demo", "--docs", "100", "--out", "runs"]) == 2
     err = capsys.readouterr().err
-    assert err == "worx: --docs sets the length of a company stream; add --stream company\n"
+    assert err == "worx: --docs sets the length of a mixed stream; add --stream mixed\n"
     assert not (tmp_path / "runs").exists()

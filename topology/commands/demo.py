@@ -41,6 +41,7 @@ QUICK = {"new_domains": ("legal", "scripture"), "per_domain": 300, "mixture_docs
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from topology.commands._shared import add_runtime_argument
+    from topology.loop.demo_run import STREAM_ALIASES, STREAMS
 
     parser = subparsers.add_parser(
         "demo",
@@ -48,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Start the embedded broker and every stage (route, discover, trainer, "
         "serve, monitor) as supervised processes, stream the bundled corpus (--stream "
         "phased: the trunk's own domains first, then new domains one after another, then a "
-        "mixture; --stream company: every domain mixed from the start as a company's stream "
+        "mixture; --stream mixed: every domain mixed from the start as a company's stream "
         "is; either with a few malformed records), and show live what happens. Ends with a "
         "summary and writes the report (HTML, PNGs, JSON) into the run directory, beside "
         "the domain table (domains.json) and the experts, so that `worx serve --run DIR`, "
@@ -74,18 +75,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--mixture-docs", type=int, help="documents in the final mixture")
     parser.add_argument(
         "--stream",
-        choices=("phased", "company"),
+        choices=(*STREAMS, *STREAM_ALIASES),
         default="phased",
-        help="phased: the old domains, then each new one, then a mixture (default); company: "
+        help="phased: the old domains, then each new one, then a mixture (default); mixed: "
         "the old and new domains mixed from the first document, Zipf-like frequencies, half "
         "of them present from the start and the rest joining in the first half, some going "
-        "silent and coming back (worx/company_stream.py)",
+        "silent and coming back (worx/company_stream.py); company: mixed's older name",
     )
     parser.add_argument(
         "--docs",
         type=int,
-        help="--stream company: the stream's length (default: the phased stream's, each "
+        help="--stream mixed: the stream's length (default: the phased stream's, each "
         "domain's documents up to --per-domain plus --mixture-docs)",
+    )
+    parser.add_argument(
+        "--trainers",
+        type=int,
+        default=1,
+        help="trainer processes in one consumer group, <prefix>.train made with as many "
+        "partitions, each with cores/N torch threads (default 1)",
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after seconds")
     parser.add_argument("--no-serve", action="store_true", help="do not start `worx serve`")
@@ -117,12 +125,14 @@ def run(args: argparse.Namespace) -> int:
     from topology.composition import paths
     from topology.composition.worx_config import load_config
     from topology.loop import keep_serving
-    from topology.loop.demo_run import DemoPlan, run_demo
+    from topology.loop.demo_run import DemoPlan, run_demo, stream_name
     from topology.loop.orchestrate import StageFailed
     from worx.errors import UserError
 
-    if args.docs is not None and args.stream != "company":
-        raise UserError("--docs sets the length of a company stream", "add --stream company")
+    if args.docs is not None and stream_name(args.stream) != "mixed":
+        raise UserError("--docs sets the length of a mixed stream", "add --stream mixed")
+    if args.trainers < 1:
+        raise UserError(f"--trainers {args.trainers}", "pass --trainers N with N >= 1")
     config = load_config(args.config)
     trunk = Path(args.trunk or config.experts.trunk_dir or default_trunk_dir())
     check_trunk_dir(trunk)  # a wrong --trunk: one line now, not every stage crashing
@@ -159,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
         plan.per_domain = args.per_domain
     if args.mixture_docs is not None:
         plan.mixture_docs = args.mixture_docs
-    plan.stream, plan.docs = args.stream, args.docs
+    plan.stream, plan.docs = stream_name(args.stream), args.docs
+    plan.trainers = args.trainers
     plan.baseline = args.baseline
     plan.timeout_s = args.timeout
     plan.serve = not args.no_serve

@@ -1,9 +1,10 @@
 """`worx demo`: the whole loop on the embedded broker with the bundled corpus.
 
 The stream (:func:`stream_lines`) is ``phased`` (the default: the trunk's own domains first,
-then new domains one after another, then a mixture of everything) or ``company`` (every
-selected domain mixed as a company's stream is, :meth:`Scenario.company`), with the same
-malformed lines mixed in either way. Every stage runs as its own supervised process; the
+then new domains one after another, then a mixture of everything) or ``mixed`` (every
+selected domain mixed from the first document, as a company's stream is,
+:meth:`Scenario.company`; ``company`` is its older name), with the same malformed lines
+mixed in either way. Every stage runs as its own supervised process; the
 terminal shows the loop live; at the end a summary is printed and the report (HTML, PNGs,
 JSON) is written to the run directory.
 """
@@ -11,6 +12,7 @@ JSON) is written to the run directory.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import time
 from collections.abc import Callable
@@ -21,11 +23,13 @@ from rich.console import Console
 
 from ingest.scenario import LabelledDoc, Scenario
 from monitor import run_summary
+from monitor.cluster_agreement import nmi_purity_of_counts
 from monitor.history import MatrixHistory
 from monitor.summary_table import print_summary
 from router.naming import display_name
 from topology.composition.embedded_broker import EmbeddedBroker
 from topology.composition.topics import ensure_topics
+from topology.loop.final_domains import final_domains_nmi
 from topology.loop.orchestrate import LoopOptions, RunningLoop, start_loop, watch_live
 from topology.loop.supervisor import ChildSpec, worx_argv
 from topology.loop.watcher import LoopState
@@ -57,10 +61,26 @@ class DemoPlan:
     keep_serving: bool = False  # serve the finished run until Ctrl-C (loop/keep_serving.py)
     runtime: str = "plain"  # route + discover: "plain" or "flink" (topology/loop/orchestrate.py)
     stream: str = "phased"  # the documents' order, one of STREAMS (demo_documents)
-    docs: int | None = None  # company: the stream's length (None: company_docs's default)
+    docs: int | None = None  # mixed: the stream's length (None: mixed_docs's default)
+    trainers: int = 1  # trainer processes in one group (orchestrate.trainer_children)
 
 
-STREAMS = ("phased", "company")
+STREAMS = ("phased", "mixed")
+STREAM_ALIASES = {"company": "mixed"}  # the mixed stream's first name, still accepted
+
+
+def stream_name(name: str) -> str:
+    """``name`` as one of :data:`STREAMS`, an alias read as what it stands for.
+
+    Raises
+    ------
+    UserError
+        ``name`` is neither a stream nor an alias.
+    """
+    name = STREAM_ALIASES.get(name, name)
+    if name not in STREAMS:
+        raise UserError(f"unknown stream {name!r}", f"use one of {', '.join(STREAMS)}")
+    return name
 
 
 # Malformed lines mixed into the stream, as a real one would have: each must come out on
@@ -74,8 +94,8 @@ BAD_LINES = (
 )
 
 
-def company_docs(plan: DemoPlan, scenario: Scenario) -> int:
-    """The company stream's length when ``plan.docs`` is None: the phased stream's of the
+def mixed_docs(plan: DemoPlan, scenario: Scenario) -> int:
+    """The mixed stream's length when ``plan.docs`` is None: the phased stream's of the
     same plan, each selected domain's documents up to ``per_domain`` plus ``mixture_docs``
     (the bundled corpus, default plan: 7 x 320 + 300 = 2,540)."""
     names = [*plan.old_domains, *plan.new_domains]
@@ -85,28 +105,27 @@ def company_docs(plan: DemoPlan, scenario: Scenario) -> int:
 
 def demo_documents(plan: DemoPlan) -> list[LabelledDoc]:
     """The plan's documents in stream order, over its old and new domains: ``phased`` (the
-    old domains, then each new one, then a mixture) or ``company``
-    (:meth:`Scenario.company`, ``plan.docs`` long, default :func:`company_docs`).
+    old domains, then each new one, then a mixture) or ``mixed``
+    (:meth:`Scenario.company`, ``plan.docs`` long, default :func:`mixed_docs`).
 
     Raises
     ------
     UserError
         For an unknown stream, a length below 1 or a domain the corpus does not have.
     """
-    if plan.stream not in STREAMS:
-        raise UserError(f"unknown stream {plan.stream!r}", f"use one of {', '.join(STREAMS)}")
+    stream_kind = stream_name(plan.stream)
     scenario = Scenario.from_directory(plan.corpus_dir)
     order = [*plan.old_domains, *plan.new_domains]
-    if plan.stream == "phased":
+    if stream_kind == "phased":
         stream = scenario.phases_then_mixture(order, plan.per_domain, plan.mixture_docs, plan.seed)
         return list(stream)
-    n = plan.docs if plan.docs is not None else company_docs(plan, scenario)
+    n = plan.docs if plan.docs is not None else mixed_docs(plan, scenario)
     docs = list(scenario.company(n, plan.seed, domains=order))  # an unknown domain raises
     if not docs:
-        raise UserError(f"a company stream of {n} documents", "pass --docs N with N >= 1")
+        raise UserError(f"a mixed stream of {n} documents", "pass --docs N with N >= 1")
     missing = sorted(set(order) - {doc.domain for doc in docs})
     if missing:  # rare kinds joining late: their share of a short stream can round to none
-        log.warning("the company stream of %d documents has none of %s", n, ", ".join(missing))
+        log.warning("the mixed stream of %d documents has none of %s", n, ", ".join(missing))
     return docs
 
 
@@ -162,20 +181,23 @@ def run_demo(
     started = time.monotonic()
     stream_path, fed = write_stream(plan)
     console.print(
-        f"[bold]worx demo[/]: {fed} documents ({plan.stream} stream), run directory {plan.run_dir}"
+        f"[bold]worx demo[/]: {fed} documents ({stream_name(plan.stream)} stream), "
+        f"run directory {plan.run_dir}"
     )
     with EmbeddedBroker() as broker:
         conf = {"bootstrap.servers": broker.bootstrap_servers}
-        ensure_topics(conf, prefix="worx", partitions=2)
+        ensure_topics(conf, prefix="worx", partitions=2, train_partitions=plan.trainers)
         options = LoopOptions(
             bootstrap_servers=broker.bootstrap_servers,
             run_dir=plan.run_dir,
             trunk_dir=plan.trunk_dir,
             baseline=plan.baseline,
             serve=plan.serve,
-            stage_env=plan.stage_env,
+            # the stages read the partitions of <prefix>.train made here
+            stage_env={**plan.stage_env, "WORX_KAFKA__TRAIN_PARTITIONS": str(plan.trainers)},
             store_dir=plan.store_dir,
             runtime=plan.runtime,
+            trainers=plan.trainers,
         )
         loop = start_loop(options, conf)
         try:
@@ -209,8 +231,14 @@ def run_demo(
                     dict(loop.watcher.state.job_status),
                 )
                 expert_domains = {e: r.domain_id for e, r in loop.watcher.state.experts.items()}
-                registered_ms = {e: r.created_ms for e, r in loop.watcher.state.experts.items()}
+                registrations = {
+                    e: (r.domain_id, r.created_ms, r.job_id)
+                    for e, r in loop.watcher.state.experts.items()
+                }
+                job_created_ms = {j: r.created_ms for j, r in loop.watcher.state.jobs.items()}
+                job_started_ms = dict(loop.watcher.state.job_started_ms)
                 first_doc_ms = dict(loop.watcher.state.first_doc_ms)
+                routed_by_label = dict(loop.watcher.state.routed_by_label)
                 docs = loop.watcher.state.docs
                 dead = loop.watcher.state.dead_letters
                 routed = len(loop.watcher.state.routed_ids)
@@ -222,16 +250,27 @@ def run_demo(
     if on_stopped is not None:
         addresses.update(on_stopped(loop, interrupted) or {})
     report = summarise(plan, labels, expert_domains)
-    report["time_to_expert_s"] = run_summary.time_to_expert(
+    waits = run_summary.time_to_expert(
         first_doc_ms,
-        {e: (d, registered_ms[e]) for e, d in expert_domains.items()},
+        registrations,
         labels,
         list(plan.new_domains),
+        job_created_ms,
+        job_started_ms,
+    )
+    report.update(
+        time_to_expert_s=waits,
+        time_to_expert_p50_s=waits["p50_s"]["total_s"],
+        time_to_expert_p95_s=waits["p95_s"]["total_s"],
+        nmi=_final_nmi(plan),
+        # each routed document's domain when it was routed (novel: one more cluster)
+        nmi_as_routed=nmi_purity_of_counts(routed_by_label)[0] if routed_by_label else None,
+        trainers=plan.trainers,
     )
     report.update(
         wall_s=round(time.monotonic() - started, 1),
         finished=finished,
-        stream=plan.stream,
+        stream=stream_name(plan.stream),
         documents_fed=fed,
         documents=docs,
         all_accounted_for=docs + dead >= fed,
@@ -246,6 +285,16 @@ def run_demo(
     atomic_write_json(plan.run_dir / "demo.json", report)
     print_summary(report, console, drift=drift, names=names)
     return report
+
+
+def _final_nmi(plan: DemoPlan) -> float | None:
+    """:func:`final_domains_nmi` of the plan's stream; None (logged) if it cannot be had."""
+    env = {**os.environ, **plan.stage_env}
+    try:
+        return final_domains_nmi(plan.run_dir, demo_documents(plan), env)
+    except Exception:  # a figure of the summary, not a reason to lose the others
+        log.exception("the final domains' nmi failed")
+        return None
 
 
 def explore_command(run_dir: Path) -> str:

@@ -47,6 +47,7 @@ class LoopOptions:
     store_dir: Path | None = None  # where the stages' store is (None: <run_dir>/experts)
     monitor_dir: Path | None = None  # the monitor's state (None: <run_dir>/monitor)
     runtime: str = "plain"  # route + discover: "plain" (two processes) or "flink" (one job)
+    trainers: int = 1  # trainer processes in one consumer group (trainer_children)
 
 
 @dataclass
@@ -108,9 +109,8 @@ def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
     ).start()
     for spec in route_and_discover(options.runtime):
         supervisor.start(spec)
-    supervisor.start(
-        ChildSpec("trainer", worx_argv("trainer", "--no-progress"), env=options.trainer_env)
-    )
+    for spec in trainer_children(options, usable_cores()):
+        supervisor.start(spec)
     serve_url = dashboard_url = None
     if options.serve:
         port = free_port(options.host)
@@ -138,6 +138,37 @@ def route_and_discover(runtime: str) -> list[ChildSpec]:
     if runtime != "plain":
         raise ValueError(f"unknown runtime {runtime!r}: plain or flink")
     return [ChildSpec("route", worx_argv("route")), ChildSpec("discover", worx_argv("discover"))]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, else the machine's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def trainer_children(options: LoopOptions, cores: int) -> list[ChildSpec]:
+    """``options.trainers`` trainer processes in one consumer group: ``trainer``,
+    ``trainer-2``, ... (each its own log). With more than one, each gets ``cores // N``
+    torch threads (``OMP_NUM_THREADS``, unless the environment sets it) so that they do
+    not oversubscribe the cores, and the second on keep their job checkpoints apart
+    (``<run_dir>/trainer-K/jobs``), as on machines of their own. ``<prefix>.train`` needs
+    ``options.trainers`` partitions, or some trainers get no job."""
+    if options.trainers < 1:
+        raise ValueError(f"trainers must be >= 1, not {options.trainers}")
+    argv = worx_argv("trainer", "--no-progress")
+    if options.trainers == 1:
+        return [ChildSpec("trainer", argv, env=options.trainer_env)]
+    threads = {}
+    if "OMP_NUM_THREADS" not in {**os.environ, **options.stage_env, **options.trainer_env}:
+        threads = {"OMP_NUM_THREADS": str(max(1, cores // options.trainers))}
+    specs = [ChildSpec("trainer", argv, env={**threads, **options.trainer_env})]
+    for k in range(2, options.trainers + 1):
+        jobs = {"WORX_TRAINER__JOBS_DIR": str(options.run_dir / f"trainer-{k}" / "jobs")}
+        specs.append(
+            ChildSpec(f"trainer-{k}", argv, env={**threads, **jobs, **options.trainer_env})
+        )
+    return specs
 
 
 def watch_live(

@@ -34,6 +34,7 @@ TERMINAL_JOB_STATES = ("finished", "not_worth_it", "failed", "skipped")
 MAX_IDS = 200_000  # distinct doc ids remembered (a replay within this window is not recounted)
 MAX_LABELS = 1000  # distinct document labels counted (the rest as "(other)")
 MAX_ROWS = 10_000  # jobs, statuses, domains, experts, evaluation rows and events kept
+NOVEL = "novel"  # the cluster of a document routed to no domain, in routed_by_label
 
 
 class RecentIds:
@@ -81,10 +82,15 @@ class LoopState:
     routed: int = 0
     routed_ids: RecentIds = field(default_factory=RecentIds)
     novel: int = 0
+    # (label, domain id or "novel") -> routed documents, each document's first decision:
+    # the contingency table of the summary's nmi_as_routed (pairs past MAX_ROWS: "(other)")
+    routed_by_label: Counter = field(default_factory=Counter)
     domains: dict[str, DomainRecord] = field(default_factory=dict)
     drift_events: deque[DriftEvent] = field(default_factory=lambda: deque(maxlen=MAX_ROWS))
     jobs: dict[str, TrainJob] = field(default_factory=dict)
-    job_status: dict[str, TrainStatus] = field(default_factory=dict)
+    job_status: dict[str, TrainStatus] = field(default_factory=dict)  # the latest per job
+    job_started_ms: dict[str, int] = field(default_factory=dict)  # job id -> created_ms of
+    # its first "started" status (a resumed or re-run job keeps the first)
     experts: dict[str, ExpertRegistration] = field(default_factory=dict)
     eval_rows: dict[tuple[str, int], EvalRow] = field(default_factory=dict)
     undecodable: int = 0
@@ -219,6 +225,11 @@ class LoopWatcher:
             s.dead_letter_reasons[reason_class(record.reason)] += 1
         elif isinstance(record, RoutedDoc):
             s.routed += 1
+            if record.label is not None and record.doc_id not in s.routed_ids:
+                pair = (record.label, record.domain_id or NOVEL)
+                if pair not in s.routed_by_label and len(s.routed_by_label) >= MAX_ROWS:
+                    pair = ("(other)", "(other)")
+                s.routed_by_label[pair] += 1
             s.routed_ids.add(record.doc_id)
             s.novel += record.domain_id is None
         elif isinstance(record, DomainRecord):
@@ -229,6 +240,8 @@ class LoopWatcher:
             _put(s.jobs, record.job_id, record)
         elif isinstance(record, TrainStatus):
             _put(s.job_status, record.job_id, record)
+            if record.state == "started" and record.job_id not in s.job_started_ms:
+                _put(s.job_started_ms, record.job_id, record.created_ms)
         elif isinstance(record, ExpertRegistration):
             _put(s.experts, record.expert_id, record)
         elif isinstance(record, EvalRow):
