@@ -90,3 +90,17 @@ def test_demo_refuses_no_trainer_and_an_unknown_stream(planned, capsys) -> None:
 def test_stream_names_read_the_alias_as_the_stream() -> None:
     assert demo_run.stream_name("company") == demo_run.stream_name("mixed") == "mixed"
     assert demo_run.stream_name("phased") == "phased"
+
+
+def test_demo_paces_its_feed_unless_told_not_to(planned, capsys) -> None:
+    from topology.commands.demo import DEMO_RATE
+
+    assert main(["demo", "--out", "runs"]) == 0
+    assert main(["demo", "--out", "runs", "--rate", "0"]) == 0
+    assert main(["demo", "--out", "runs", "--rate", "25"]) == 0
+    assert [p.rate for p in planned] == [DEMO_RATE, None, 25.0]
+    assert main(["demo", "--out", "runs", "--rate", "-1"]) == 2
+    assert "pass --rate R with R >= 0" in capsys.readouterr().err
+    paced = demo_run.feed_spec(Path("s.jsonl"), 25.0).argv
+    assert paced[paced.index("--rate") + 1] == "25.0"
+    assert "--rate" not in demo_run.feed_spec(Path("s.jsonl")).argv

@@ -36,6 +36,10 @@ def demo_stage_defaults(path: Path = DEMO_CONFIG) -> dict[str, str]:
     return env
 
 
+# documents per second the demo feeds: the bundled stream's 2,540 over ~4 minutes, about as
+# long as its training takes, so that a new kind's job rarely waits for another's
+DEMO_RATE = 10.0
+
 QUICK = {"new_domains": ("legal", "scripture"), "per_domain": 300, "mixture_docs": 100}
 
 
@@ -94,6 +98,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=1,
         help="trainer processes in one consumer group, <prefix>.train made with as many "
         "partitions, each with cores/N torch threads (default 1)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=DEMO_RATE,
+        help="documents fed per second, as a stream arrives over time (default "
+        f"{DEMO_RATE:g}; 0: as fast as ingest goes, a backlog: every job then queues)",
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after seconds")
     parser.add_argument("--no-serve", action="store_true", help="do not start `worx serve`")
@@ -171,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
         plan.mixture_docs = args.mixture_docs
     plan.stream, plan.docs = stream_name(args.stream), args.docs
     plan.trainers = args.trainers
+    if args.rate < 0:
+        raise UserError(f"--rate {args.rate:g}", "pass --rate R with R >= 0 (0: unpaced)")
+    plan.rate = args.rate or None
     plan.baseline = args.baseline
     plan.timeout_s = args.timeout
     plan.serve = not args.no_serve

@@ -63,6 +63,7 @@ class DemoPlan:
     stream: str = "phased"  # the documents' order, one of STREAMS (demo_documents)
     docs: int | None = None  # mixed: the stream's length (None: mixed_docs's default)
     trainers: int = 1  # trainer processes in one group (orchestrate.trainer_children)
+    rate: float | None = None  # documents fed per second (None: as fast as ingest goes)
 
 
 STREAMS = ("phased", "mixed")
@@ -153,6 +154,15 @@ def write_stream(plan: DemoPlan) -> tuple[Path, int]:
     return path, len(lines)
 
 
+def feed_spec(stream_path: Path, rate: float | None = None) -> ChildSpec:
+    """The feed: `worx ingest` of the stream file as a oneshot stage (restarted if it
+    crashes), at most ``rate`` documents per second (None: as fast as it goes)."""
+    argv = ["ingest", str(stream_path), "--domain-field", "domain", "--no-progress"]
+    if rate is not None:
+        argv += ["--rate", str(rate)]
+    return ChildSpec("ingest", worx_argv(*argv), restart=True, oneshot=True)
+
+
 def loop_is_done(state: LoopState, fed: int, quiet_s: float, feed_done: bool) -> bool:
     """Everything fed was ingested and routed, every job ended, the monitor evaluated the last
     registration, and nothing moved for ``quiet_s``."""
@@ -203,13 +213,7 @@ def run_demo(
         try:
             if loop.dashboard_url:
                 console.print(f"dashboard: {loop.dashboard_url}")
-            feed = ChildSpec(
-                "ingest",
-                worx_argv("ingest", str(stream_path), "--domain-field", "domain", "--no-progress"),
-                restart=True,
-                oneshot=True,
-            )
-            loop.supervisor.start(feed)
+            loop.supervisor.start(feed_spec(stream_path, plan.rate))
 
             def done(state: LoopState) -> bool:
                 feed_done = loop.supervisor.exit_code("ingest") == 0
@@ -266,6 +270,7 @@ def run_demo(
         # each routed document's domain when it was routed (novel: one more cluster)
         nmi_as_routed=nmi_purity_of_counts(routed_by_label)[0] if routed_by_label else None,
         trainers=plan.trainers,
+        rate_docs_per_s=plan.rate,
     )
     report.update(
         wall_s=round(time.monotonic() - started, 1),
