@@ -104,3 +104,22 @@ def test_demo_paces_its_feed_unless_told_not_to(planned, capsys) -> None:
     paced = demo_run.feed_spec(Path("s.jsonl"), 25.0).argv
     assert paced[paced.index("--rate") + 1] == "25.0"
     assert "--rate" not in demo_run.feed_spec(Path("s.jsonl")).argv
+
+
+def test_a_corpus_of_its_own_plans_its_domains(planned, tmp_path) -> None:
+    import gzip
+    import json
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("news", "zeta_kind", "alpha_kind"):
+        with gzip.open(corpus / f"{name}.jsonl.gz", "wt") as f:
+            f.write(json.dumps({"id": f"{name}-1", "text": f"a document of {name}"}) + "\n")
+    assert main(["demo", "--out", "runs", "--corpus", str(corpus)]) == 0
+    assert (
+        main(["demo", "--out", "runs", "--corpus", str(corpus), "--new-domains", "zeta_kind"]) == 0
+    )
+    first, chosen = planned
+    assert first.old_domains == ("news",)  # the trunk's own domains the corpus has
+    assert first.new_domains == ("alpha_kind", "zeta_kind")
+    assert chosen.new_domains == ("zeta_kind",)

@@ -43,6 +43,16 @@ DEMO_RATE = 10.0
 QUICK = {"new_domains": ("legal", "scripture"), "per_domain": 300, "mixture_docs": 100}
 
 
+def corpus_domains(corpus: Path, trunk_domains: tuple[str, ...]) -> tuple[tuple, tuple]:
+    """A corpus's default plan: its domains the trunk was trained on are old (the trunk's
+    own), every other one is new, in name order."""
+    from worx.scenario import Scenario
+
+    names = Scenario.from_directory(corpus).names  # an unreadable corpus: its one-line error
+    old = tuple(name for name in trunk_domains if name in names)
+    return old, tuple(name for name in names if name not in old)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from topology.commands._shared import add_runtime_argument
     from topology.loop.demo_run import STREAM_ALIASES, STREAMS
@@ -172,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
             setattr(plan, name, value)
     if args.corpus:
         plan.corpus_dir = Path(args.corpus)
+        plan.old_domains, plan.new_domains = corpus_domains(plan.corpus_dir, plan.old_domains)
     if args.old_domains is not None:
         plan.old_domains = tuple(d for d in args.old_domains.split(",") if d)
     if args.new_domains is not None:
