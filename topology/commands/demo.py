@@ -36,9 +36,10 @@ def demo_stage_defaults(path: Path = DEMO_CONFIG) -> dict[str, str]:
     return env
 
 
-# documents per second the demo feeds: the bundled stream's 2,540 over ~4 minutes, about as
-# long as its training takes, so that a new kind's job rarely waits for another's
-DEMO_RATE = 10.0
+# documents per second the demo feeds: the bundled stream's 2,540 over ~5 minutes, a new
+# kind every 40 s (320 documents a phase), longer than its job takes on 2 cores (at 10 per
+# second one job ended as the next kind's began: each waited for the one before)
+DEMO_RATE = 8.0
 
 QUICK = {"new_domains": ("legal", "scripture"), "per_domain": 300, "mixture_docs": 100}
 
