@@ -15,7 +15,7 @@ from monitor.figures import build_state
 from monitor.live import LiveState
 from monitor.records import EvalRow
 from monitor.server import DashboardServer
-from tests.support.browser import CHROMIUM, FLAGS
+from tests.support.browser import needs_chromium, rendered_page
 from tests.support.smallrun import ALL_DOMAINS, SmallRun
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -107,113 +107,85 @@ def test_prometheus_metrics(server: DashboardServer) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)"
-)
+@needs_chromium
 def test_dashboard_in_headless_chromium(server: DashboardServer) -> None:
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="the playwright package is not installed"
-    )
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1500})
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(server.url)
-            page.wait_for_selector("body[data-rendered]", timeout=15_000)
-            count = lambda sel: page.eval_on_selector_all(sel, "n => n.length")  # noqa: E731
-            assert count("#heatmap-ours g.hm-row") == 4  # trunk + three experts
-            assert count("#heatmap-ours g.hm-row:first-child rect.hm-cell") == len(ALL_DOMAINS)
-            assert count("#heatmap-dense_baseline g.hm-row") == 4
-            assert count("#ppl path.series") == len(ALL_DOMAINS)
-            assert count("#ppl line.arrival") == 3  # expert arrivals marked
-            assert count("#forgetting path.series") == 4  # avg and max, ours and dense
-            drift = page.inner_text("#drift")  # told: what fired and what it led to
-            assert drift.count("novelty rate rose") == 1 and "no new domain followed" in drift
-            # perplexity on a log axis, and no expert id written over the lines
-            assert page.get_attribute("#ppl svg", "data-scale") == "log"
-            ticks = page.eval_on_selector_all(
-                "#ppl text.ytick", "ns => ns.map(n => [n.textContent, +n.getAttribute('y')])"
-            )
-            assert len(ticks) >= 3
-            per_decade = [
-                (y1 - y0) / math.log10(float(v1.replace(",", "")) / float(v0.replace(",", "")))
-                for (v0, y0), (v1, y1) in zip(ticks, ticks[1:], strict=False)
-            ]  # pixels per decade: the same between every pair of ticks on a log axis
-            assert max(per_decade) - min(per_decade) < 1.0, ticks
-            drawn = page.eval_on_selector_all("#ppl text", "ns => ns.map(n => n.textContent)")
-            experts = json.loads(get(server.url + "api/state")[2])["runs"]["ours"]["experts"]
-            assert not {e for e in experts if e} & {t.strip() for t in drawn}
-            assert "job-news" in page.inner_text("#timeline")
-            assert "no weight changed" in page.inner_text("#checks")
-            # domains are shown by their label where one is known, else by id
-            columns = page.eval_on_selector_all(
-                "#heatmap-ours text.hm-domain", "ns => ns.map(n => n.textContent)"
-            )
-            assert columns == ["Court rulings" if d == "legal" else d for d in ALL_DOMAINS]
-            series = page.eval_on_selector_all(
-                "#ppl path.series", "ns => ns.map(n => n.dataset.name)"
-            )
-            assert "Court rulings" in series and "legal" not in series
-            page.screenshot(path=str(ARTIFACTS / "monitor-dashboard.png"), full_page=True)
-            # live: a new row on disk shows up at the next poll, without a reload
-            last = server.history.rows("ours")[-1]  # type: ignore[attr-defined]
-            server.history.append(  # type: ignore[attr-defined]
-                EvalRow.from_dict({**last.to_dict(), "step": 4, "arrived_expert": "x-e1"})
-            )
-            page.wait_for_function(
-                "document.querySelectorAll('#heatmap-ours g.hm-row').length === 5", timeout=15_000
-            )
-            assert count("#ppl line.arrival") == 4
-            assert errors == []
-        finally:
-            browser.close()
+    with rendered_page(server.url) as (page, errors):
+        count = lambda sel: page.eval_on_selector_all(sel, "n => n.length")  # noqa: E731
+        assert count("#heatmap-ours g.hm-row") == 4  # trunk + three experts
+        assert count("#heatmap-ours g.hm-row:first-child rect.hm-cell") == len(ALL_DOMAINS)
+        assert count("#heatmap-dense_baseline g.hm-row") == 4
+        assert count("#ppl path.series") == len(ALL_DOMAINS)
+        assert count("#ppl line.arrival") == 3  # expert arrivals marked
+        assert count("#forgetting path.series") == 4  # avg and max, ours and dense
+        drift = page.inner_text("#drift")  # told: what fired and what it led to
+        assert drift.count("novelty rate rose") == 1 and "no new domain followed" in drift
+        # perplexity on a log axis, and no expert id written over the lines
+        assert page.get_attribute("#ppl svg", "data-scale") == "log"
+        ticks = page.eval_on_selector_all(
+            "#ppl text.ytick", "ns => ns.map(n => [n.textContent, +n.getAttribute('y')])"
+        )
+        assert len(ticks) >= 3
+        per_decade = [
+            (y1 - y0) / math.log10(float(v1.replace(",", "")) / float(v0.replace(",", "")))
+            for (v0, y0), (v1, y1) in zip(ticks, ticks[1:], strict=False)
+        ]  # pixels per decade: the same between every pair of ticks on a log axis
+        assert max(per_decade) - min(per_decade) < 1.0, ticks
+        drawn = page.eval_on_selector_all("#ppl text", "ns => ns.map(n => n.textContent)")
+        experts = json.loads(get(server.url + "api/state")[2])["runs"]["ours"]["experts"]
+        assert not {e for e in experts if e} & {t.strip() for t in drawn}
+        assert "job-news" in page.inner_text("#timeline")
+        assert "no weight changed" in page.inner_text("#checks")
+        # domains are shown by their label where one is known, else by id
+        columns = page.eval_on_selector_all(
+            "#heatmap-ours text.hm-domain", "ns => ns.map(n => n.textContent)"
+        )
+        assert columns == ["Court rulings" if d == "legal" else d for d in ALL_DOMAINS]
+        series = page.eval_on_selector_all("#ppl path.series", "ns => ns.map(n => n.dataset.name)")
+        assert "Court rulings" in series and "legal" not in series
+        page.screenshot(path=str(ARTIFACTS / "monitor-dashboard.png"), full_page=True)
+        # live: a new row on disk shows up at the next poll, without a reload
+        last = server.history.rows("ours")[-1]  # type: ignore[attr-defined]
+        server.history.append(  # type: ignore[attr-defined]
+            EvalRow.from_dict({**last.to_dict(), "step": 4, "arrived_expert": "x-e1"})
+        )
+        page.wait_for_function(
+            "document.querySelectorAll('#heatmap-ours g.hm-row').length === 5", timeout=15_000
+        )
+        assert count("#ppl line.arrival") == 4
+        assert errors == []
     assert (ARTIFACTS / "monitor-dashboard.png").stat().st_size > 10_000
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)"
-)
+@needs_chromium
 def test_fifty_domains_stay_readable_in_headless_chromium(tmp_path: Path) -> None:
     from tests.monitor.test_plots_many import N, _history
 
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="the playwright package is not installed"
-    )
     history = _history(tmp_path)
     names = {f"dom-{k:03d}": f"kind_of_text_{k:02d}" for k in range(N)}
     ARTIFACTS.mkdir(exist_ok=True)
-    with DashboardServer(lambda: build_state(history, labels=names), port=0) as srv:
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1500})
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.goto(srv.url)
-                page.wait_for_selector("body[data-rendered]", timeout=15_000)
-                count = lambda sel: page.eval_on_selector_all(sel, "n => n.length")  # noqa: E731
-                assert count("#heatmap-ours svg.compact g.hm-row") == N + 1
-                # colour only: the one text of a row is its label, no number in any cell
-                assert count("#heatmap-ours g.hm-row text") == N + 1
-                widths = page.eval_on_selector_all(
-                    "#heatmap-ours rect.hm-cell",
-                    "ns => ns.map(n => n.getBoundingClientRect().width)",
-                )
-                assert min(widths) >= 14  # a full row of the page: room for a 10-point label
-                assert "w12" in page.get_attribute("#heatmap-ours >> xpath=..", "class")
-                # the dense baseline forgets: its worst cells are outlined and listed
-                assert count("#heatmap-dense_baseline rect.hm-worst") == 8
-                worst = page.inner_text("#heatmap-dense_baseline table.worst-cells")
-                assert "kind_of_text_49" in worst.splitlines()[1]  # the most forgotten first
-                assert count("#heatmap-ours table.worst-cells") == 0  # ours forgets nothing
-                assert count("#ppl text.legend") == 0 and count("#ppl path.series") == N
-                assert "the latest 12 of 50" in page.inner_text("#timeline")
-                assert page.evaluate("document.body.scrollHeight") < 4500
-                page.screenshot(path=str(ARTIFACTS / "monitor-dashboard-50.png"), full_page=True)
-                assert errors == []
-            finally:
-                browser.close()
+    with (
+        DashboardServer(lambda: build_state(history, labels=names), port=0) as srv,
+        rendered_page(srv.url) as (page, errors),
+    ):
+        count = lambda sel: page.eval_on_selector_all(sel, "n => n.length")  # noqa: E731
+        assert count("#heatmap-ours svg.compact g.hm-row") == N + 1
+        # colour only: the one text of a row is its label, no number in any cell
+        assert count("#heatmap-ours g.hm-row text") == N + 1
+        widths = page.eval_on_selector_all(
+            "#heatmap-ours rect.hm-cell",
+            "ns => ns.map(n => n.getBoundingClientRect().width)",
+        )
+        assert min(widths) >= 14  # a full row of the page: room for a 10-point label
+        assert "w12" in page.get_attribute("#heatmap-ours >> xpath=..", "class")
+        # the dense baseline forgets: its worst cells are outlined and listed
+        assert count("#heatmap-dense_baseline rect.hm-worst") == 8
+        worst = page.inner_text("#heatmap-dense_baseline table.worst-cells")
+        assert "kind_of_text_49" in worst.splitlines()[1]  # the most forgotten first
+        assert count("#heatmap-ours table.worst-cells") == 0  # ours forgets nothing
+        assert count("#ppl text.legend") == 0 and count("#ppl path.series") == N
+        assert "the latest 12 of 50" in page.inner_text("#timeline")
+        assert page.evaluate("document.body.scrollHeight") < 4500
+        page.screenshot(path=str(ARTIFACTS / "monitor-dashboard-50.png"), full_page=True)
+        assert errors == []
