@@ -134,6 +134,19 @@ def write_stream(plan: DemoPlan) -> tuple[Path, int]:
     return path, len(lines)
 
 
+def feed_spec(
+    stream_path: Path, rate: float | None = None, checkpoint: Path | None = None, restarts: int = 3
+) -> ChildSpec:
+    """The feed: `worx ingest` of the stream file as a oneshot stage (restarted if it crashes;
+    with ``checkpoint`` it resumes where it stopped, else it replays from the start)."""
+    argv = ["ingest", str(stream_path), "--domain-field", "domain", "--no-progress"]
+    if rate is not None:
+        argv += ["--rate", str(rate)]
+    if checkpoint is not None:
+        argv += ["--checkpoint", str(checkpoint)]
+    return ChildSpec("ingest", worx_argv(*argv), restart=True, max_restarts=restarts, oneshot=True)
+
+
 def loop_is_done(state: LoopState, fed: int, quiet_s: float, feed_done: bool) -> bool:
     """Everything fed was ingested and routed, every job ended, the monitor evaluated the last
     registration, and nothing moved for ``quiet_s``."""
@@ -181,13 +194,7 @@ def run_demo(
         try:
             if loop.dashboard_url:
                 console.print(f"dashboard: {loop.dashboard_url}")
-            feed = ChildSpec(
-                "ingest",
-                worx_argv("ingest", str(stream_path), "--domain-field", "domain", "--no-progress"),
-                restart=True,
-                oneshot=True,
-            )
-            loop.supervisor.start(feed)
+            loop.supervisor.start(feed_spec(stream_path))
 
             def done(state: LoopState) -> bool:
                 feed_done = loop.supervisor.exit_code("ingest") == 0

@@ -47,6 +47,7 @@ class LoopOptions:
     store_dir: Path | None = None  # where the stages' store is (None: <run_dir>/experts)
     monitor_dir: Path | None = None  # the monitor's state (None: <run_dir>/monitor)
     runtime: str = "plain"  # route + discover: "plain" (two processes) or "flink" (one job)
+    max_restarts: int = 3  # per stage, over the whole run (a chaos run kills stages often)
 
 
 @dataclass
@@ -106,38 +107,41 @@ def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
         name="run-domains",
         lookup=lambda row: saved.table.get(row.domain_id),
     ).start()
-    for spec in route_and_discover(options.runtime):
+    restarts = options.max_restarts
+    for spec in route_and_discover(options.runtime, restarts):
         supervisor.start(spec)
-    supervisor.start(
-        ChildSpec("trainer", worx_argv("trainer", "--no-progress"), env=options.trainer_env)
-    )
+    trainer = worx_argv("trainer", "--no-progress")
+    supervisor.start(ChildSpec("trainer", trainer, env=options.trainer_env, max_restarts=restarts))
     serve_url = dashboard_url = None
     if options.serve:
         port = free_port(options.host)
         serve_url = f"http://{options.host}:{port}"
-        supervisor.start(
-            ChildSpec("serve", worx_argv("serve", "--host", options.host, "--port", str(port)))
-        )
+        serve = worx_argv("serve", "--host", options.host, "--port", str(port))
+        supervisor.start(ChildSpec("serve", serve, max_restarts=restarts))
     if options.monitor:
         port = free_port(options.host)
         dashboard_url = f"http://{options.host}:{port}/"
         argv = ["monitor", "--host", options.host, "--port", str(port)]
         argv.append("--baseline" if options.baseline else "--no-baseline")
-        supervisor.start(ChildSpec("monitor", worx_argv(*argv)))
+        supervisor.start(ChildSpec("monitor", worx_argv(*argv), max_restarts=restarts))
     return RunningLoop(supervisor, watcher, dashboard_url, serve_url, time.monotonic(), domains)
 
 
-def route_and_discover(runtime: str) -> list[ChildSpec]:
+def route_and_discover(runtime: str, max_restarts: int = 3) -> list[ChildSpec]:
     """The processes that route and discover: two plain Kafka loops, or one PyFlink job on
     a mini-cluster (``worx flink run``: a JVM and its Python workers in its process group)."""
     if runtime == "flink":
         # SIGTERM to the client alone: it cancels the job, then the JVM ends (a SIGTERM to
         # the whole group kills the JVM under the client, which then fails to cancel)
         flink = worx_argv("flink", "run")
-        return [ChildSpec("flink", flink, term_leader_only=True, stop_timeout_s=30.0)]
+        options = {"term_leader_only": True, "stop_timeout_s": 30.0}
+        return [ChildSpec("flink", flink, max_restarts=max_restarts, **options)]
     if runtime != "plain":
         raise ValueError(f"unknown runtime {runtime!r}: plain or flink")
-    return [ChildSpec("route", worx_argv("route")), ChildSpec("discover", worx_argv("discover"))]
+    return [
+        ChildSpec(name, worx_argv(name), max_restarts=max_restarts)
+        for name in ("route", "discover")
+    ]
 
 
 def watch_live(
@@ -154,14 +158,7 @@ def watch_live(
     view = LiveView(loop.started, loop.dashboard_url, loop.serve_url)
     with Live(console=console, refresh_per_second=2, transient=False) as live:
         while time.monotonic() < deadline:
-            ended = loop.supervisor.poll()
-            for name in ended:
-                if not loop.supervisor.children[name].spec.oneshot:
-                    raise StageFailed(name, loop.supervisor.children[name].log_path)
-            if not loop.watcher.healthy():  # the view no longer follows the topics
-                raise RuntimeError(f"{loop.watcher.describe()}; stopping every stage")
-            if loop.domains is not None and not loop.domains.healthy():  # domains.json stale
-                raise RuntimeError(f"{loop.domains.describe()}; stopping every stage")
+            keep_loop_going(loop)
             stages = {
                 name: ("up" if loop.supervisor.alive(name) else "done")
                 for name in loop.supervisor.children
@@ -173,6 +170,18 @@ def watch_live(
                     break
             loop.watcher.wait_change(timeout_s=0.5)
     return reached
+
+
+def keep_loop_going(loop: RunningLoop) -> None:
+    """Restart the stages that crashed; raise if one used up its restarts or the loop's view
+    of the topics (the watcher, the table file's follower) stopped."""
+    for name in loop.supervisor.poll():
+        if not loop.supervisor.children[name].spec.oneshot:
+            raise StageFailed(name, loop.supervisor.children[name].log_path)
+    if not loop.watcher.healthy():  # the view no longer follows the topics
+        raise RuntimeError(f"{loop.watcher.describe()}; stopping every stage")
+    if loop.domains is not None and not loop.domains.healthy():  # domains.json stale
+        raise RuntimeError(f"{loop.domains.describe()}; stopping every stage")
 
 
 class StageFailed(RuntimeError):

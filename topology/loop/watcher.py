@@ -86,6 +86,7 @@ class LoopState:
     jobs: dict[str, TrainJob] = field(default_factory=dict)
     job_status: dict[str, TrainStatus] = field(default_factory=dict)
     experts: dict[str, ExpertRegistration] = field(default_factory=dict)
+    expert_shas: dict[str, frozenset[str]] = field(default_factory=dict)  # every sha256 seen
     eval_rows: dict[tuple[str, int], EvalRow] = field(default_factory=dict)
     undecodable: int = 0
     undecodable_reasons: Counter = field(default_factory=Counter)  # by reason class
@@ -231,5 +232,7 @@ class LoopWatcher:
             _put(s.job_status, record.job_id, record)
         elif isinstance(record, ExpertRegistration):
             _put(s.experts, record.expert_id, record)
+            shas = s.expert_shas.get(record.expert_id, frozenset()) | {record.sha256}
+            _put(s.expert_shas, record.expert_id, shas)
         elif isinstance(record, EvalRow):
             _put(s.eval_rows, (record.run, record.step), record)
