@@ -45,6 +45,7 @@ from topology.chaos.schedule import (  # noqa: E402
 from topology.commands.demo import demo_stage_defaults  # noqa: E402
 from topology.loop.demo_run import DemoPlan  # noqa: E402
 
+MIN_AVAILABILITY = 0.99
 KEPT_FAULT_FREE = ("time_to_expert_p50_s", "time_to_expert_p95_s", "time_to_expert_s", "wall_s")
 
 
@@ -99,6 +100,10 @@ def main() -> None:
     report["invariant_violations"] += domains_differ(
         report["domain_labels"], fault_free["domain_labels"]
     )
+    if (report["serve_availability"] or 0) < MIN_AVAILABILITY:
+        report["invariant_violations"].append(
+            f"serve availability {report['serve_availability']} < {MIN_AVAILABILITY}"
+        )
     for key in KEPT_FAULT_FREE:
         report[f"fault_free_{key}"] = fault_free[key]
     report["fault_free_invariant_violations"] = fault_free["invariant_violations"]

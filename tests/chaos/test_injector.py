@@ -53,7 +53,7 @@ def test_a_kill_hits_the_named_stage_and_a_second_kill_its_restarted_process(tmp
             ("kill_again", "route", "route-phase"),
             ("kill_again", "route", "recovering"),
         ]
-        assert injector.by_kind() == {"kill_again": 2}
+        assert injector.by_kind() == {"kill_again": 1} and injector.faults_injected() == 1
 
 
 def test_a_pause_stops_the_stage_until_it_is_due_and_a_finished_stage_is_skipped(tmp_path):
@@ -73,6 +73,7 @@ def test_a_pause_stops_the_stage_until_it_is_due_and_a_finished_stage_is_skipped
 
         injector.apply(Fault(20.0, "kill", ("ingest",)), now_s=20.0)
         assert [a.to_dict() for a in injector.applied][-1] == {
+            "fault": 2,
             "at_s": 20.0,
             "kind": "kill",
             "target": "ingest",

@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Applied:
+    """One signal of a fault (a fault of two targets, or a kill and its second, is two)."""
+
+    fault: int  # the fault's place in the order applied
     at_s: float
     kind: str
     target: str
@@ -43,6 +46,7 @@ class _Paused:
 
 @dataclass
 class _KillAgain:
+    fault: int
     target: str
     killed_pid: int
     delay_s: float
@@ -57,8 +61,10 @@ class Injector:
     applied: list[Applied] = field(default_factory=list)
     _paused: list[_Paused] = field(default_factory=list)
     _again: list[_KillAgain] = field(default_factory=list)
+    _faults: int = 0
 
     def apply(self, fault: Fault, now_s: float) -> None:
+        self._faults += 1
         if fault.kind == "pause_broker":
             self._pause(BROKER, self.broker, fault, now_s)
             return
@@ -71,7 +77,8 @@ class Injector:
             else:
                 self._kill(now_s, fault.kind, target, process)
                 if fault.kind == "kill_again":
-                    self._again.append(_KillAgain(target, process.pid, fault.hold_s))
+                    again = _KillAgain(self._faults, target, process.pid, fault.hold_s)
+                    self._again.append(again)
 
     def tick(self, now_s: float) -> None:
         """Resume the pauses that are due; kill again the restarted stages that are due."""
@@ -87,7 +94,7 @@ class Injector:
                 again.restarted_at_s = now_s
             if now_s - again.restarted_at_s >= again.delay_s:
                 self._again.remove(again)
-                self._kill(now_s, "kill_again", again.target, process, "recovering")
+                self._kill(now_s, "kill_again", again.target, process, "recovering", again.fault)
 
     def busy(self) -> bool:
         """A pause or a second kill is still to come."""
@@ -101,10 +108,16 @@ class Injector:
         self._again.clear()
 
     def injected(self) -> list[Applied]:
+        """The signals sent (skipped ones left out)."""
         return [a for a in self.applied if a.skipped is None]
 
+    def faults_injected(self) -> int:
+        """Faults of which at least one signal was sent."""
+        return len({a.fault for a in self.injected()})
+
     def by_kind(self) -> dict[str, int]:
-        return dict(Counter(a.kind for a in self.injected()))
+        """Faults injected, by kind."""
+        return dict(Counter(kind for _, kind in {(a.fault, a.kind) for a in self.injected()}))
 
     def _running(self, name: str) -> subprocess.Popen | None:
         child = self.supervisor.children.get(name)
@@ -113,12 +126,18 @@ class Injector:
         return child.process
 
     def _kill(
-        self, now_s: float, kind: str, target: str, process: subprocess.Popen, phase: str = ""
+        self,
+        now_s: float,
+        kind: str,
+        target: str,
+        process: subprocess.Popen,
+        phase: str = "",
+        fault: int | None = None,
     ) -> None:
         phase = phase or self.phase_of(target)
         process.send_signal(signal.SIGKILL)
         log.info("chaos: %s %s (pid %d, %s) at %.1fs", kind, target, process.pid, phase, now_s)
-        self._record(now_s, kind, target, phase)
+        self._record(now_s, kind, target, phase, fault=fault)
 
     def _pause(
         self, target: str, process: subprocess.Popen | None, fault: Fault, now_s: float
@@ -135,6 +154,13 @@ class Injector:
         self._record(now_s, fault.kind, target, self.phase_of(target))
 
     def _record(
-        self, now_s: float, kind: str, target: str, phase: str = "", skipped: str | None = None
+        self,
+        now_s: float,
+        kind: str,
+        target: str,
+        phase: str = "",
+        skipped: str | None = None,
+        fault: int | None = None,
     ) -> None:
-        self.applied.append(Applied(round(now_s, 1), kind, target, phase, skipped))
+        fault = self._faults if fault is None else fault
+        self.applied.append(Applied(fault, round(now_s, 1), kind, target, phase, skipped))

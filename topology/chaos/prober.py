@@ -11,6 +11,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
+
+MAX_OUTCOMES = 100_000  # about 14 hours of probes
 
 
 class ScoreProber:
@@ -22,7 +25,8 @@ class ScoreProber:
         self.answered = 0
         self.failed = 0
         self.in_flight = False
-        self.failures: list[tuple[float, str]] = []  # (monotonic time, what happened), first 50
+        self.failures: Counter[str] = Counter()  # what went wrong, how often
+        self.outcomes: list[tuple[float, bool]] = []  # (monotonic time, answered), counted ones
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="score-prober", daemon=True)
 
@@ -48,8 +52,9 @@ class ScoreProber:
                 self.answered += 1
             elif self.answered:  # before the first answer the server is still loading
                 self.failed += 1
-                if len(self.failures) < 50:
-                    self.failures.append((time.monotonic(), outcome))
+                self.failures[outcome] += 1
+            if self.answered and len(self.outcomes) < MAX_OUTCOMES:
+                self.outcomes.append((time.monotonic(), outcome is None))
             next_at = max(next_at + self.interval_s, time.monotonic())
             self._stop.wait(next_at - time.monotonic())  # pacing, not synchronisation
 

@@ -17,6 +17,7 @@ from experts.trunk import trunk_fingerprint
 from monitor import run_summary
 from monitor.history import MatrixHistory
 from topology.chaos import invariants
+from topology.chaos.availability import after_own_faults, outages
 from topology.chaos.injector import Injector
 from topology.chaos.prober import ScoreProber
 from topology.chaos.sampler import (
@@ -63,6 +64,7 @@ class Evidence:
     state: LoopState
     labels: dict[str, str]  # active domain id -> its label hint
     samples: list[Sample] = field(default_factory=list)
+    started: float = 0.0  # monotonic time the schedule's times count from
 
 
 def run_chaos(plan: ChaosPlan) -> dict:
@@ -91,10 +93,11 @@ def run_chaos(plan: ChaosPlan) -> dict:
             rate = fed / plan.feed_seconds if plan.feed_seconds else None
             checkpoint = plan.stream.run_dir / "ingest.checkpoint"
             loop.supervisor.start(feed_spec(stream_path, rate, checkpoint, plan.max_restarts))
-            samples, finished = _drive(plan, loop, injector, sizes, fed)
+            drive_started = time.monotonic()
+            samples, finished = _drive(plan, loop, injector, sizes, fed, drive_started)
         except StageFailed as exc:
             violations.append(f"a stage used up its restarts: {exc}")
-            samples, finished = [], False
+            samples, finished, drive_started = [], False, time.monotonic()
         finally:
             injector.resume_all()
             prober.stop()
@@ -102,7 +105,7 @@ def run_chaos(plan: ChaosPlan) -> dict:
             loop.stop()
         state = loop.watcher.state
     labels = {d: r.label_hint or "?" for d, r in state.domains.items() if r.status == "active"}
-    evidence = Evidence(fed_ids, state, labels, samples)
+    evidence = Evidence(fed_ids, state, labels, samples, drive_started)
     violations += check(plan, evidence, trunk_before)
     report = figures(plan, evidence, injector, prober)
     report.update(
@@ -114,13 +117,18 @@ def run_chaos(plan: ChaosPlan) -> dict:
 
 
 def _drive(
-    plan: ChaosPlan, loop: RunningLoop, injector: Injector, sizes: TopicSizes, fed: int
+    plan: ChaosPlan,
+    loop: RunningLoop,
+    injector: Injector,
+    sizes: TopicSizes,
+    fed: int,
+    started: float,
 ) -> tuple[list[Sample], bool]:
-    """Inject each fault when due, keep the loop going and sample it, until the schedule is
-    spent and the loop is done, or the plan's timeout passes."""
+    """Inject each fault when due (its time counted from ``started``), keep the loop going
+    and sample it, until the schedule is spent and the loop is done, or the plan's timeout
+    passes."""
     pending = sorted(plan.faults, key=lambda f: f.at_s)
     samples: list[Sample] = []
-    started = time.monotonic()
     next_sample = 0.0
     while True:
         now = time.monotonic() - started
@@ -210,12 +218,12 @@ def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: Sco
     lost = invariants.lost_documents(evidence.fed_ids, state.doc_ids, state.routed_ids)
     warmup = int(plan.warmup_share * len(evidence.fed_ids))
     growth = growth_per_10k(evidence.samples, warmup)
-    availability = prober.availability()
     return {
         "seed": plan.seed,
-        "faults_injected": len(injector.injected()),
+        "faults_injected": injector.faults_injected(),
         "faults_by_kind": injector.by_kind(),
-        "faults_skipped": len(injector.applied) - len(injector.injected()),
+        "signals_sent": len(injector.injected()),
+        "signals_skipped": len(injector.applied) - len(injector.injected()),
         "faults": [applied.to_dict() for applied in injector.applied],
         "docs_fed": len(evidence.fed_ids),
         "docs_ingested": len(state.doc_ids),
@@ -227,14 +235,38 @@ def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: Sco
         "new_domains": new,
         "new_domains_with_expert": counts["new_domains_with_expert"],
         "domain_labels": sorted(labels.values()),
-        "serve_availability": None if availability is None else round(availability, 4),
-        "serve_requests": prober.answered + prober.failed,
-        "serve_failed_requests": prober.failed,
+        **serve_figures(evidence, injector, prober),
         "time_to_expert_s": waits["per_label"],
         "time_to_expert_p50_s": percentile(served, 50),
         "time_to_expert_p95_s": percentile(served, 95),
         "growth_per_10k_docs": growth,
         "unbounded": unbounded(growth),
+    }
+
+
+def serve_figures(evidence: Evidence, injector: Injector, prober: ScoreProber) -> dict:
+    """Availability over the run, and without the outages that followed a fault of serve
+    itself (its restart is an outage no single process can avoid)."""
+    own_faults = [evidence.started + a.at_s for a in injector.injected() if a.target == "serve"]
+    found = outages(prober.outcomes)
+    own, other = after_own_faults(found, own_faults, prober.timeout_s + 2 * prober.interval_s)
+    asked = prober.answered + prober.failed
+    without_own = asked - sum(o.failed for o in own)
+    return {
+        "serve_availability": round(prober.answered / asked, 4) if asked else None,
+        "serve_availability_without_own_faults": (
+            round(prober.answered / without_own, 4) if without_own else None
+        ),
+        "serve_requests": asked,
+        "serve_failed_requests": prober.failed,
+        "serve_failures": dict(prober.failures),
+        "serve_outages": len(found),
+        "serve_longest_outage_s": max((o.seconds for o in found), default=0.0),
+        "serve_outages_after_other_faults": [
+            {"at_s": round(o.start_s - evidence.started, 1), "s": o.seconds, "failed": o.failed}
+            for o in other
+        ],
+        "serve_answering_at_end": bool(prober.outcomes) and prober.outcomes[-1][1],
     }
 
 

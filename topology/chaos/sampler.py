@@ -3,12 +3,14 @@ under the run directory and the topics' sizes, sampled while the loop runs; and 
 growth per 10,000 documents after warm-up (:func:`growth_per_10k`).
 
 A stage restarted by the supervisor starts again from a fresh process, so growth is
-measured per process (pid) and the largest over a stage's processes is its figure.
+measured per process (pid), from the first sample after its own warm-up (its model
+loaded, its buffers filled), and the largest over a stage's processes is its figure.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -32,6 +34,7 @@ class Sample:
     pid: int
     docs: int  # documents routed when it was taken
     values: Mapping[str, float]
+    age_s: float = 0.0  # of the process (0 for "disk" and "topics")
 
 
 def stage_samples(supervisor: Supervisor, docs: int) -> list[Sample]:
@@ -46,9 +49,10 @@ def stage_samples(supervisor: Supervisor, docs: int) -> list[Sample]:
                     "fds": process.num_fds(),
                     "threads": process.num_threads(),
                 }
+                age_s = time.time() - process.create_time()
         except psutil.Error:
             continue
-        samples.append(Sample(name, child.process.pid, docs, values))
+        samples.append(Sample(name, child.process.pid, docs, values, age_s))
     return samples
 
 
@@ -92,24 +96,31 @@ class TopicSizes:
         self._consumer.close()
 
 
-def growth_per_10k(samples: Iterable[Sample], warmup_docs: int) -> dict[str, dict[str, float]]:
-    """Per stage and metric: (last - first) / documents between them x 10,000, over the
-    samples taken after ``warmup_docs`` of each process; the largest over a stage's
-    processes. A process that saw fewer than 100 documents after warm-up gives nothing.
+def growth_per_10k(
+    samples: Iterable[Sample],
+    warmup_docs: int,
+    warmup_age_s: float = 60.0,
+    min_span_docs: int = 500,
+) -> dict[str, dict[str, float]]:
+    """Per stage and metric: (last - first) / documents between them x 10,000, over each
+    process's samples taken after ``warmup_docs`` of the stream and ``warmup_age_s`` of its
+    own life; the largest over a stage's processes. A process that saw fewer than
+    ``min_span_docs`` documents after its warm-up gives nothing.
 
-    >>> s = [Sample("route", 7, d, {"rss_mb": 100 + d / 1000}) for d in (0, 1000, 3000)]
+    >>> s = [Sample("route", 7, d, {"rss_mb": 100 + d / 1000}, 90.0) for d in (0, 1000, 3000)]
     >>> growth_per_10k(s, warmup_docs=1000)
     {'route': {'rss_mb': 10.0}}
     """
     runs: dict[tuple[str, int], list[Sample]] = defaultdict(list)
     for sample in samples:
-        if sample.docs >= warmup_docs:
+        warm = sample.pid == 0 or sample.age_s >= warmup_age_s
+        if sample.docs >= warmup_docs and warm:
             runs[(sample.stage, sample.pid)].append(sample)
     growth: dict[str, dict[str, float]] = {}
     for (stage, _), run in runs.items():
         first, last = min(run, key=lambda s: s.docs), max(run, key=lambda s: s.docs)
         span = last.docs - first.docs
-        if span < 100:
+        if span < min_span_docs:
             continue
         figures = growth.setdefault(stage, {})
         for metric in first.values.keys() & last.values.keys():
