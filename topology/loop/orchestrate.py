@@ -47,7 +47,7 @@ class LoopOptions:
     store_dir: Path | None = None  # where the stages' store is (None: <run_dir>/experts)
     monitor_dir: Path | None = None  # the monitor's state (None: <run_dir>/monitor)
     runtime: str = "plain"  # route + discover: "plain" (two processes) or "flink" (one job)
-    max_restarts: int = 3  # per stage, over the whole run (a chaos run kills stages often)
+    max_restarts: int = 3  # per stage within ChildSpec.restart_window_s (chaos: more)
 
 
 @dataclass
