@@ -95,3 +95,16 @@ def test_resume_all_lets_every_paused_process_go_before_the_loop_stops(tmp_path)
         assert not injector.busy()
         pid = serve.pid
     assert gone(pid)
+
+
+def test_two_stages_killed_at_once_are_one_fault_of_two_signals(tmp_path):
+    with Supervisor(tmp_path / "logs") as sup:
+        for name in ("discover", "serve", "monitor"):
+            sup.start(ChildSpec(name, SLEEPER))
+        injector = Injector(sup, broker=None)
+        injector.apply(Fault(1.0, "kill_two", ("discover", "serve")), now_s=1.0)
+        for name in ("discover", "serve"):
+            assert sup.children[name].process.wait(timeout=10) == -9
+        assert sup.children["monitor"].process.poll() is None
+        assert injector.faults_injected() == 1 and injector.by_kind() == {"kill_two": 1}
+        assert [a.target for a in injector.injected()] == ["discover", "serve"]

@@ -36,7 +36,8 @@ class ScoreProber:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=self.timeout_s + 2)
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.timeout_s + 2)
 
     def availability(self) -> float | None:
         asked = self.answered + self.failed

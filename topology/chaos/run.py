@@ -86,10 +86,11 @@ def run_chaos(plan: ChaosPlan) -> dict:
             max_restarts=plan.max_restarts,
         )
         loop = start_loop(options, conf)
-        prober = ScoreProber(loop.serve_url, plan.probe_text).start()
+        prober = ScoreProber(loop.serve_url, plan.probe_text)
         injector = Injector(loop.supervisor, broker.process, _phases(loop, prober))
         sizes = TopicSizes(conf, [topics.docs, topics.routed, topics.experts, topics.metrics])
         try:
+            prober.start()
             rate = fed / plan.feed_seconds if plan.feed_seconds else None
             checkpoint = plan.stream.run_dir / "ingest.checkpoint"
             loop.supervisor.start(feed_spec(stream_path, rate, checkpoint, plan.max_restarts))
