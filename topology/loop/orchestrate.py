@@ -30,6 +30,8 @@ from topology.runtimes.table_follower import TableFollower
 
 log = logging.getLogger(__name__)
 
+STAGE_CONNECT_TIMEOUT_S = 300.0  # the supervised stages' kafka.connect_timeout_s
+
 
 @dataclass
 class LoopOptions:
@@ -82,6 +84,10 @@ def stage_env(options: LoopOptions) -> dict[str, str]:
     # several torch processes share the machine's cores: idle OpenMP threads sleep instead of
     # spinning on a core another stage needs (the user's own setting wins)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # the loop reached the cluster before it started a stage: a stage restarted while the
+    # cluster is away (a broker restarting, paused, partitioned) waits for it instead of
+    # exiting after the one-line error's 10 s, again and again through its restart budget
+    env.setdefault("WORX_KAFKA__CONNECT_TIMEOUT_S", str(STAGE_CONNECT_TIMEOUT_S))
     return env
 
 
