@@ -6,6 +6,8 @@ figures. An empty schedule is the fault-free run the chaos run is compared with.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 import time
@@ -40,6 +42,7 @@ from topology.loop.orchestrate import (
     start_loop,
 )
 from topology.loop.watcher import LoopState
+from worx.atomic import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,8 @@ class Evidence:
 
 
 def run_chaos(plan: ChaosPlan) -> dict:
-    """Run the loop under ``plan.faults``; returns the run's figures and violations."""
+    """Run the loop under ``plan.faults``; returns the run's figures and violations (also
+    in ``<run_dir>/chaos.json``, the soak samples in ``<run_dir>/samples.jsonl``)."""
     started = time.monotonic()
     stream_path, fed = write_stream(plan.stream)
     fed_ids = [doc.doc_id for doc in demo_documents(plan.stream)]
@@ -114,6 +118,9 @@ def run_chaos(plan: ChaosPlan) -> dict:
         invariant_violations=violations,
         wall_s=round(time.monotonic() - started, 1),
     )
+    atomic_write_json(plan.stream.run_dir / "chaos.json", report)
+    with open(plan.stream.run_dir / "samples.jsonl", "w", encoding="utf-8") as out:
+        out.writelines(json.dumps(dataclasses.asdict(sample)) + "\n" for sample in samples)
     return report
 
 
