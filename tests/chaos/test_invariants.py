@@ -23,6 +23,13 @@ def test_a_fed_document_missing_from_either_topic_is_lost():
     assert lost == ["b: fed, never ingested", "c: ingested, never routed"]
 
 
+def test_every_new_domain_of_the_stream_needs_an_expert():
+    assert invariants.new_domains_without_expert({"legal", "news"}, ["legal"]) == []
+    assert invariants.new_domains_without_expert({None, "legal"}, ["python_code", "legal"]) == [
+        "python_code: no expert"
+    ]
+
+
 def test_a_job_may_name_one_expert_however_often_it_is_registered():
     again = [registration("e1", "job-1"), registration("e1", "job-1"), registration("e2", None)]
     assert invariants.jobs_with_several_experts(again) == []

@@ -52,6 +52,7 @@ def test_the_loop_keeps_its_invariants_through_a_schedule_of_faults(tmp_path, mo
     assert report["invariant_violations"] == [], shown
     assert report["docs_lost"] == 0 and report["docs_routed"] == report["docs_fed"], shown
     assert report["duplicate_experts"] == 0 and report["spurious_experts"] == 0, shown
+    assert report["jobs_failed"] == {}, shown
     assert report["new_domains_with_expert"] == len(NEW_DOMAINS), shown
     assert sorted(set(report["domain_labels"])) == sorted(NEW_DOMAINS), shown
     # serve is one process: its own kills and pauses are outages until it restarted (the

@@ -28,6 +28,16 @@ def lost_documents(
     return lost
 
 
+def new_domains_without_expert(expert_labels: Collection[str], new: Sequence[str]) -> list[str]:
+    """Every new kind of the stream got an expert (``expert_labels``: the label of each
+    registered expert's domain).
+
+    >>> new_domains_without_expert({"legal"}, ["legal", "python_code"])
+    ['python_code: no expert']
+    """
+    return [f"{label}: no expert" for label in new if label not in expert_labels]
+
+
 def jobs_with_several_experts(registrations: Iterable[ExpertRegistration]) -> list[str]:
     """A training job's id must name at most one expert (a job trains once, at least once
     delivered)."""

@@ -201,8 +201,10 @@ def check(plan: ChaosPlan, evidence: Evidence, trunk_before: str) -> list[str]:
     refused = {r["expert_id"]: r["reason"] for r in verified.refused}
     history = MatrixHistory(plan.stream.run_dir / "monitor")
     rows = history.rows("ours")
+    expert_labels = {evidence.labels.get(r.domain_id) for r in registrations}
     return [
         *invariants.lost_documents(evidence.fed_ids, state.doc_ids, state.routed_ids)[:20],
+        *invariants.new_domains_without_expert(expert_labels, plan.stream.new_domains),
         *invariants.jobs_with_several_experts(registrations),
         *invariants.experts_with_two_contents(state.expert_shas),
         *invariants.registrations_not_stored(registrations, stored, refused),
@@ -242,6 +244,11 @@ def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: Sco
         "experts": counts["experts"],
         "new_domains": new,
         "new_domains_with_expert": counts["new_domains_with_expert"],
+        "jobs_failed": {
+            job: status.reason
+            for job, status in state.job_status.items()
+            if status.state == "failed"
+        },
         "domain_labels": sorted(labels.values()),
         **serve_figures(evidence, injector, prober),
         "time_to_expert_s": waits["per_label"],
