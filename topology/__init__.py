@@ -9,5 +9,7 @@
 - ``faust/``: the Faust runtime (one app, one agent per stage);
 - ``flink/``: the PyFlink runtime (route and discover as one Flink job), in its own venv;
 - ``loop/``: the whole loop as supervised processes (`worx demo`, `worx up`) and its views;
-- ``commands/``: the `worx` command line, one module per subcommand.
+- ``commands/``: the `worx` command line, one module per subcommand;
+- ``chaos/``: the loop run under injected faults, and the invariants over the run
+  (bench/chaos.py, the CI-sized test in tests/e2e/test_chaos.py).
 """

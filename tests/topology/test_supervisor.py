@@ -35,3 +35,25 @@ def test_oneshot_child_reports_its_end(tmp_path):
         sup.children["once"].process.wait(timeout=30)
         assert sup.poll() == ["once"]
         assert (tmp_path / "logs" / "once.log").read_text().strip() == "hi"
+
+
+def test_the_restart_budget_is_per_window_so_crashes_far_apart_never_use_it_up(tmp_path):
+    # found sizing the chaos run (docs/chaos.md): the budget was per life, so a loop's
+    # fourth crash of one stage, however many days after the third, stopped the whole loop
+    now = [0.0]
+    crash = [sys.executable, "-c", "raise SystemExit(3)"]
+    spec = ChildSpec("flaky", crash, max_restarts=2, restart_window_s=100.0)
+    with Supervisor(tmp_path / "logs", clock=lambda: now[0]) as sup:
+        sup.start(spec)
+        for _ in range(5):  # a crash a minute: never two restarts within 100 s before this one
+            sup.children["flaky"].process.wait(timeout=30)
+            assert sup.poll() == []
+            now[0] += 60.0
+        assert sup.children["flaky"].restarts == 5
+
+        now[0] += 100.0  # the window is clear again
+        for _ in range(2):  # a crash loop: the third crash within the window ends it
+            sup.children["flaky"].process.wait(timeout=30)
+            assert sup.poll() == []
+        sup.children["flaky"].process.wait(timeout=30)
+        assert sup.poll() == ["flaky"]

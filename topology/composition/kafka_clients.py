@@ -13,7 +13,7 @@ import logging
 import re
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from topology.composition.worx_config import KafkaConfig
@@ -162,6 +162,19 @@ def carries_record(msg: Any) -> bool:
         raise KafkaException(error)
     log.warning("consumer error: %s", error)
     return False
+
+
+def commit_offsets(consumer: Any, offsets: list[TopicPartition], what: str) -> bool:
+    """Store and commit ``offsets`` once their outputs are flushed; False, logged, if the
+    commit failed (a rebalance or a group eviction took the partition meanwhile: ``what``
+    is then replayed, at least once, which the stages' keyed effects make safe)."""
+    try:
+        consumer.store_offsets(offsets=offsets)
+        consumer.commit(offsets=offsets, asynchronous=False)
+    except KafkaException as exc:
+        log.warning("offset store/commit failed (%s); %s may be replayed", exc, what)
+        return False
+    return True
 
 
 def to_message(msg: Any) -> Message:

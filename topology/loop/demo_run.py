@@ -154,13 +154,17 @@ def write_stream(plan: DemoPlan) -> tuple[Path, int]:
     return path, len(lines)
 
 
-def feed_spec(stream_path: Path, rate: float | None = None) -> ChildSpec:
-    """The feed: `worx ingest` of the stream file as a oneshot stage (restarted if it
-    crashes), at most ``rate`` documents per second (None: as fast as it goes)."""
+def feed_spec(
+    stream_path: Path, rate: float | None = None, checkpoint: Path | None = None, restarts: int = 3
+) -> ChildSpec:
+    """The feed: `worx ingest` of the stream file as a oneshot stage (restarted if it crashes;
+    with ``checkpoint`` it resumes where it stopped, else it replays from the start)."""
     argv = ["ingest", str(stream_path), "--domain-field", "domain", "--no-progress"]
     if rate is not None:
         argv += ["--rate", str(rate)]
-    return ChildSpec("ingest", worx_argv(*argv), restart=True, oneshot=True)
+    if checkpoint is not None:
+        argv += ["--checkpoint", str(checkpoint)]
+    return ChildSpec("ingest", worx_argv(*argv), restart=True, max_restarts=restarts, oneshot=True)
 
 
 def loop_is_done(state: LoopState, fed: int, quiet_s: float, feed_done: bool) -> bool:

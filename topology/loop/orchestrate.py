@@ -30,6 +30,8 @@ from topology.runtimes.table_follower import TableFollower
 
 log = logging.getLogger(__name__)
 
+STAGE_CONNECT_TIMEOUT_S = 300.0  # the supervised stages' kafka.connect_timeout_s
+
 
 @dataclass
 class LoopOptions:
@@ -48,6 +50,7 @@ class LoopOptions:
     monitor_dir: Path | None = None  # the monitor's state (None: <run_dir>/monitor)
     runtime: str = "plain"  # route + discover: "plain" (two processes) or "flink" (one job)
     trainers: int = 1  # trainer processes in one consumer group (trainer_children)
+    max_restarts: int = 3  # per stage within ChildSpec.restart_window_s (chaos: more)
 
 
 @dataclass
@@ -82,6 +85,10 @@ def stage_env(options: LoopOptions) -> dict[str, str]:
     # several torch processes share the machine's cores: idle OpenMP threads sleep instead of
     # spinning on a core another stage needs (the user's own setting wins)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # the loop reached the cluster before it started a stage: a stage restarted while the
+    # cluster is away (a broker restarting, paused, partitioned) waits for it instead of
+    # exiting after the one-line error's 10 s, again and again through its restart budget
+    env.setdefault("WORX_KAFKA__CONNECT_TIMEOUT_S", str(STAGE_CONNECT_TIMEOUT_S))
     return env
 
 
@@ -107,7 +114,8 @@ def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
         name="run-domains",
         lookup=lambda row: saved.table.get(row.domain_id),
     ).start()
-    for spec in route_and_discover(options.runtime):
+    restarts = options.max_restarts
+    for spec in route_and_discover(options.runtime, restarts):
         supervisor.start(spec)
     for spec in trainer_children(options, usable_cores()):
         supervisor.start(spec)
@@ -115,29 +123,32 @@ def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
     if options.serve:
         port = free_port(options.host)
         serve_url = f"http://{options.host}:{port}"
-        supervisor.start(
-            ChildSpec("serve", worx_argv("serve", "--host", options.host, "--port", str(port)))
-        )
+        serve = worx_argv("serve", "--host", options.host, "--port", str(port))
+        supervisor.start(ChildSpec("serve", serve, max_restarts=restarts))
     if options.monitor:
         port = free_port(options.host)
         dashboard_url = f"http://{options.host}:{port}/"
         argv = ["monitor", "--host", options.host, "--port", str(port)]
         argv.append("--baseline" if options.baseline else "--no-baseline")
-        supervisor.start(ChildSpec("monitor", worx_argv(*argv)))
+        supervisor.start(ChildSpec("monitor", worx_argv(*argv), max_restarts=restarts))
     return RunningLoop(supervisor, watcher, dashboard_url, serve_url, time.monotonic(), domains)
 
 
-def route_and_discover(runtime: str) -> list[ChildSpec]:
+def route_and_discover(runtime: str, max_restarts: int = 3) -> list[ChildSpec]:
     """The processes that route and discover: two plain Kafka loops, or one PyFlink job on
     a mini-cluster (``worx flink run``: a JVM and its Python workers in its process group)."""
     if runtime == "flink":
         # SIGTERM to the client alone: it cancels the job, then the JVM ends (a SIGTERM to
         # the whole group kills the JVM under the client, which then fails to cancel)
         flink = worx_argv("flink", "run")
-        return [ChildSpec("flink", flink, term_leader_only=True, stop_timeout_s=30.0)]
+        options = {"term_leader_only": True, "stop_timeout_s": 30.0}
+        return [ChildSpec("flink", flink, max_restarts=max_restarts, **options)]
     if runtime != "plain":
         raise ValueError(f"unknown runtime {runtime!r}: plain or flink")
-    return [ChildSpec("route", worx_argv("route")), ChildSpec("discover", worx_argv("discover"))]
+    return [
+        ChildSpec(name, worx_argv(name), max_restarts=max_restarts)
+        for name in ("route", "discover")
+    ]
 
 
 def usable_cores() -> int:
@@ -157,17 +168,19 @@ def trainer_children(options: LoopOptions, cores: int) -> list[ChildSpec]:
     if options.trainers < 1:
         raise ValueError(f"trainers must be >= 1, not {options.trainers}")
     argv = worx_argv("trainer", "--no-progress")
+    restarts = options.max_restarts
     if options.trainers == 1:
-        return [ChildSpec("trainer", argv, env=options.trainer_env)]
+        return [ChildSpec("trainer", argv, env=options.trainer_env, max_restarts=restarts)]
     threads = {}
     if "OMP_NUM_THREADS" not in {**os.environ, **options.stage_env, **options.trainer_env}:
         threads = {"OMP_NUM_THREADS": str(max(1, cores // options.trainers))}
-    specs = [ChildSpec("trainer", argv, env={**threads, **options.trainer_env})]
+    specs = [
+        ChildSpec("trainer", argv, env={**threads, **options.trainer_env}, max_restarts=restarts)
+    ]
     for k in range(2, options.trainers + 1):
         jobs = {"WORX_TRAINER__JOBS_DIR": str(options.run_dir / f"trainer-{k}" / "jobs")}
-        specs.append(
-            ChildSpec(f"trainer-{k}", argv, env={**threads, **jobs, **options.trainer_env})
-        )
+        env = {**threads, **jobs, **options.trainer_env}
+        specs.append(ChildSpec(f"trainer-{k}", argv, env=env, max_restarts=restarts))
     return specs
 
 
@@ -185,14 +198,7 @@ def watch_live(
     view = LiveView(loop.started, loop.dashboard_url, loop.serve_url)
     with Live(console=console, refresh_per_second=2, transient=False) as live:
         while time.monotonic() < deadline:
-            ended = loop.supervisor.poll()
-            for name in ended:
-                if not loop.supervisor.children[name].spec.oneshot:
-                    raise StageFailed(name, loop.supervisor.children[name].log_path)
-            if not loop.watcher.healthy():  # the view no longer follows the topics
-                raise RuntimeError(f"{loop.watcher.describe()}; stopping every stage")
-            if loop.domains is not None and not loop.domains.healthy():  # domains.json stale
-                raise RuntimeError(f"{loop.domains.describe()}; stopping every stage")
+            keep_loop_going(loop)
             stages = {
                 name: ("up" if loop.supervisor.alive(name) else "done")
                 for name in loop.supervisor.children
@@ -204,6 +210,18 @@ def watch_live(
                     break
             loop.watcher.wait_change(timeout_s=0.5)
     return reached
+
+
+def keep_loop_going(loop: RunningLoop) -> None:
+    """Restart the stages that crashed; raise if one used up its restarts or the loop's view
+    of the topics (the watcher, the table file's follower) stopped."""
+    for name in loop.supervisor.poll():
+        if not loop.supervisor.children[name].spec.oneshot:
+            raise StageFailed(name, loop.supervisor.children[name].log_path)
+    if not loop.watcher.healthy():  # the view no longer follows the topics
+        raise RuntimeError(f"{loop.watcher.describe()}; stopping every stage")
+    if loop.domains is not None and not loop.domains.healthy():  # domains.json stale
+        raise RuntimeError(f"{loop.domains.describe()}; stopping every stage")
 
 
 class StageFailed(RuntimeError):

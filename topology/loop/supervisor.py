@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +42,10 @@ class ChildSpec:
     argv: list[str]  # e.g. [sys.executable, "-m", "topology.commands", "trainer"]
     env: dict[str, str] = field(default_factory=dict)
     restart: bool = True  # restart when it exits non-zero (a crashed stage re-runs alone)
+    # at most max_restarts restarts within any restart_window_s: a crash loop ends the
+    # child, crashes far apart (a long-running loop's) never use the budget up
     max_restarts: int = 3
+    restart_window_s: float = 600.0
     oneshot: bool = False  # expected to exit by itself (e.g. an ingest replay)
     # SIGTERM only the child, which stops its own processes first (the Flink client cancels
     # its job, then its JVM and Python workers end); whatever of its group outlives the
@@ -55,7 +59,8 @@ class Child:
     spec: ChildSpec
     process: subprocess.Popen
     log_path: Path
-    restarts: int = 0
+    restarts: int = 0  # over its whole life
+    recent_restarts: list[float] = field(default_factory=list)  # when, within the window
     started_at: float = field(default_factory=time.monotonic)
 
 
@@ -69,7 +74,9 @@ class Supervisor:
         base_env: dict[str, str] | None = None,
         log_max_bytes: int = 20 << 20,
         log_keep: int = 3,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.clock = clock
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.base_env = dict(os.environ if base_env is None else base_env)
@@ -91,7 +98,9 @@ class Supervisor:
                 preexec_fn=_child_setup,  # noqa: PLW1509 - only sets a signal and the group
             )
         previous = self.children.get(spec.name)
-        child = Child(spec, process, log_path, restarts=previous.restarts if previous else 0)
+        child = Child(spec, process, log_path)
+        if previous is not None:
+            child.restarts, child.recent_restarts = previous.restarts, previous.recent_restarts
         self.children[spec.name] = child
         log.info("started %s (pid %d), log %s", spec.name, process.pid, log_path)
         return child
@@ -107,14 +116,20 @@ class Supervisor:
             if code == 0 and child.spec.oneshot:
                 ended.append(name)
                 continue
-            if child.spec.restart and child.restarts < child.spec.max_restarts:
+            now = self.clock()
+            window = child.spec.restart_window_s
+            child.recent_restarts[:] = [t for t in child.recent_restarts if now - t < window]
+            if child.spec.restart and len(child.recent_restarts) < child.spec.max_restarts:
                 child.restarts += 1
+                child.recent_restarts.append(now)
                 log.warning(
-                    "%s exited with %s; restart %d/%d",
+                    "%s exited with %s; restart %d/%d within %.0fs (%d in all)",
                     name,
                     code,
-                    child.restarts,
+                    len(child.recent_restarts),
                     child.spec.max_restarts,
+                    window,
+                    child.restarts,
                 )
                 self.start(child.spec)
             else:

@@ -92,6 +92,7 @@ class LoopState:
     job_started_ms: dict[str, int] = field(default_factory=dict)  # job id -> created_ms of
     # its first "started" status (a resumed or re-run job keeps the first)
     experts: dict[str, ExpertRegistration] = field(default_factory=dict)
+    expert_shas: dict[str, frozenset[str]] = field(default_factory=dict)  # every sha256 seen
     eval_rows: dict[tuple[str, int], EvalRow] = field(default_factory=dict)
     undecodable: int = 0
     undecodable_reasons: Counter = field(default_factory=Counter)  # by reason class
@@ -244,5 +245,7 @@ class LoopWatcher:
                 _put(s.job_started_ms, record.job_id, record.created_ms)
         elif isinstance(record, ExpertRegistration):
             _put(s.experts, record.expert_id, record)
+            shas = s.expert_shas.get(record.expert_id, frozenset()) | {record.sha256}
+            _put(s.expert_shas, record.expert_id, shas)
         elif isinstance(record, EvalRow):
             _put(s.eval_rows, (record.run, record.step), record)

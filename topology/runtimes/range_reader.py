@@ -3,8 +3,10 @@
 The reader assigns the partitions a job names (no consumer group join), seeks to the start
 of each range and reads until every range is passed. It never asks the broker for end
 offsets (the embedded broker answers them wrongly); a range whose offsets do not arrive
-within ``timeout_s`` is reported as missing. What it keeps, and how, is the trainer's
-(:mod:`trainer.fetch`); :func:`kafka_fetch` hands the same reader to the monitor.
+within twice ``timeout_s`` while the broker answers is reported as missing, and a broker
+that stopped answering raises its own error instead (the job is not the problem). What it
+keeps, and how, is the trainer's (:mod:`trainer.fetch`); :func:`kafka_fetch` hands the
+same reader to the monitor.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def fetch_job_docs(conf: dict[str, Any], job: TrainJob, timeout_s: float = 15.0)
     ----------
     conf : librdkafka settings (at least ``bootstrap.servers``).
     job : the TrainJob; ``train_doc_ids``/``heldout_doc_ids`` are looked up in ``job.refs``.
-    timeout_s : how long to wait for the next message of an unfinished range.
+    timeout_s : how long to wait for the next message of an unfinished range (twice, if
+        the broker answers meanwhile).
 
     Raises
     ------
@@ -37,6 +40,9 @@ def fetch_job_docs(conf: dict[str, Any], job: TrainJob, timeout_s: float = 15.0)
         ``bad_refs`` (malformed ranges), ``unknown_topic``, ``missing_offsets`` (a range's
         offsets did not arrive: they do not exist or were deleted), ``no_usable_docs``
         (none of the training ids were found in the ranges).
+    KafkaException
+        The broker did not answer a metadata request after the wait: a transport error,
+        not the job's (the trainer stops and resumes the job when restarted).
     """
     wanted = parse_refs(job)
     train_ids = set(job.train_doc_ids)
@@ -72,11 +78,20 @@ def fetch_job_docs(conf: dict[str, Any], job: TrainJob, timeout_s: float = 15.0)
         )
         last_progress = time.monotonic()
         last_seen: dict[tuple[str, int], int] = {}
+        stalled = False
         while pending:
             msg = consumer.poll(0.2)
             if msg is None:
                 if time.monotonic() - last_progress > timeout_s:
-                    raise JobDataError("missing_offsets", missing_message(job, pending, last_seen))
+                    # a broker that does not answer says nothing of the offsets: its
+                    # KafkaException stops the caller, who resumes the job later; one that
+                    # answers (again) gets one more wait for what it had not sent yet
+                    consumer.list_topics(timeout=timeout_s)
+                    if stalled:
+                        raise JobDataError(
+                            "missing_offsets", missing_message(job, pending, last_seen)
+                        )
+                    stalled, last_progress = True, time.monotonic()
                 continue
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:

@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 
 from ingest.dead_letters import dead_letter
 from topology.composition.kafka_clients import (
     carries_record,
+    commit_offsets,
     make_consumer,
     make_producer,
     to_message,
@@ -194,12 +195,7 @@ class StageRunner:
             for msg in good:
                 latest[(msg.topic(), msg.partition())] = msg.offset() + 1
             offsets = [TopicPartition(t, p, o) for (t, p), o in latest.items()]
-            try:
-                self.consumer.store_offsets(offsets=offsets)
-                self.consumer.commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:  # e.g. a rebalance took the partition meanwhile
-                # the outputs are flushed: at worst the batch is replayed (at least once)
-                log.warning("offset store/commit failed (%s); the batch may be replayed", exc)
+            commit_offsets(self.consumer, offsets, "the batch")
         self.consumed += len(good)
         self.emitted += out
         if self.on_batch:

@@ -24,6 +24,7 @@ from ingest.dead_letters import dead_letter
 from router.records import TrainJob
 from topology.composition.kafka_clients import (
     carries_record,
+    commit_offsets,
     make_consumer,
     make_producer,
     to_message,
@@ -143,8 +144,7 @@ class TrainWorker:
                     log.info("stopped during a job; it resumes from its checkpoint on restart")
                     break
                 offsets = [TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)]
-                consumer.store_offsets(offsets=offsets)
-                consumer.commit(offsets=offsets, asynchronous=False)
+                commit_offsets(consumer, offsets, "the job (skipped then: it ended)")
                 handled += 1
                 last = time.monotonic()
         finally:

@@ -1,0 +1,117 @@
+"""Chaos and soak: the whole loop under a seeded fault schedule, against a fault-free run
+of the same stream; prints ONE JSON line (docs/chaos.md).
+
+Two runs of the demo's loop (the supervisor, every stage, the feed, on the embedded broker,
+with configs/demo.toml's settings) over one labelled stream: the trunk's two domains, then
+the new domains one after another, then a mixture where every domain recurs. The first run
+has no fault; the second runs ``--faults-per-minute`` faults for ``--minutes`` (SIGKILL of
+a stage, two at once, again during its recovery, SIGSTOP of a stage past the session
+timeout, SIGSTOP of the broker), the feed paced over most of it. The schedule is printed
+on stderr before the run; ``--seed`` reproduces it, ``--schedule FILE`` replays a printed one.
+
+The line: ``faults_injected``, ``faults_by_kind``, ``docs_fed``, ``docs_routed``,
+``docs_lost``, ``duplicate_experts``, ``invariant_violations`` (the fault-free comparison of
+discover's domains included), ``serve_availability``, ``time_to_expert_p50_s`` /
+``_p95_s`` with ``fault_free_`` ones beside them, ``growth_per_10k_docs`` and ``unbounded``,
+``wall_s``, ``new_domains``, ``seed``, the load averages before and after.
+
+Usage::
+
+    python bench/chaos.py [--minutes 10] [--seed 0] [--faults-per-minute 4] [--no-faults]
+                          [--schedule FILE] [--out DIR] [--trunk DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from experts.default_trunk import default_trunk_dir  # noqa: E402
+from topology.chaos.invariants import domains_differ  # noqa: E402
+from topology.chaos.run import ChaosPlan, run_chaos  # noqa: E402
+from topology.chaos.schedule import (  # noqa: E402
+    ScheduleShape,
+    chaos_schedule,
+    read_schedule,
+    schedule_json,
+)
+from topology.commands.demo import demo_stage_defaults  # noqa: E402
+from topology.loop.demo_run import DemoPlan  # noqa: E402
+
+MIN_AVAILABILITY = 0.99
+KEPT_FAULT_FREE = ("time_to_expert_p50_s", "time_to_expert_p95_s", "time_to_expert_s", "wall_s")
+
+
+def stream_plan(args: argparse.Namespace, run_dir: Path) -> DemoPlan:
+    """The stream of both runs: the demo's, longer with --minutes (its mixture grows)."""
+    return DemoPlan(
+        run_dir=run_dir,
+        trunk_dir=Path(args.trunk or default_trunk_dir()).resolve(),
+        per_domain=args.per_domain,
+        mixture_docs=args.mixture_docs or int(150 * args.minutes),
+        seed=args.seed,
+        stage_env={k: v for k, v in demo_stage_defaults().items() if k not in os.environ},
+        timeout_s=args.minutes * 60 + 1200,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="the faults' window")
+    parser.add_argument("--seed", type=int, default=0, help="the schedule's and the stream's")
+    parser.add_argument("--faults-per-minute", type=float, default=4.0)
+    parser.add_argument("--no-faults", action="store_true", help="the fault-free run only")
+    parser.add_argument("--schedule", help="replay this printed schedule (a JSON list)")
+    parser.add_argument("--broker-pause-max", type=float, default=60.0, help="seconds")
+    parser.add_argument("--per-domain", type=int, default=320)
+    parser.add_argument("--mixture-docs", type=int, help="default: 150 per minute")
+    parser.add_argument("--trunk", help="default: the bundled trunk")
+    parser.add_argument("--out", default="worx-chaos", help="parent of the run directories")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    load_before = os.getloadavg()
+    root = (Path(args.out) / time.strftime("chaos-%Y%m%d-%H%M%S")).resolve()
+    feed_s = 0.6 * args.minutes * 60
+
+    fault_free = run_chaos(
+        ChaosPlan(stream_plan(args, root / "fault-free"), seed=args.seed, feed_seconds=feed_s)
+    )
+    if args.no_faults:
+        fault_free["loadavg"] = [list(load_before), list(os.getloadavg())]
+        print(json.dumps(fault_free), flush=True)
+        return
+    if args.schedule:
+        faults = read_schedule(Path(args.schedule).read_text())
+    else:
+        shape = ScheduleShape(
+            args.minutes * 60, args.faults_per_minute, broker_pause_max_s=args.broker_pause_max
+        )
+        faults = chaos_schedule(args.seed, shape)
+    print(f"chaos schedule (seed {args.seed}): {schedule_json(faults)}", file=sys.stderr)
+    plan = ChaosPlan(stream_plan(args, root / "chaos"), faults, args.seed, feed_seconds=feed_s)
+    report = run_chaos(plan)
+    report["invariant_violations"] += domains_differ(
+        report["domain_labels"], fault_free["domain_labels"]
+    )
+    if (report["serve_availability"] or 0) < MIN_AVAILABILITY:
+        report["invariant_violations"].append(
+            f"serve availability {report['serve_availability']} < {MIN_AVAILABILITY}"
+        )
+    for key in KEPT_FAULT_FREE:
+        report[f"fault_free_{key}"] = fault_free[key]
+    report["fault_free_invariant_violations"] = fault_free["invariant_violations"]
+    report["minutes"] = args.minutes
+    report["run_dir"] = str(root)
+    report["loadavg"] = [list(load_before), list(os.getloadavg())]
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
