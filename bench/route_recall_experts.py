@@ -34,10 +34,20 @@ else the router's defaults). ``likelihood_ms`` is the measured extra forward of 
 re-ranked request (1 + candidates rows), beside ``score_ms``, a request's own scoring
 forward (one row of the same text).
 
+``--sizes 8,16,32,42`` measures the same as the library grows (``curve``): for each size
+K, the first K labels of one seeded order (each size holds the smaller ones, as
+``bench/route_recall.py --sizes``), their own table from their own phased stream, their
+experts (each label's trained once, reused by every size), and per K the domains with an
+expert, recall and wrong-expert rate at 256 characters and whole (gate alone and with the
+likelihood step), the share re-ranked, and the milliseconds per request
+(``likelihood_ms``: the re-ranking forward of a re-ranked request; ``score_ms``: the
+request's own scoring forward; ``gate_us_per_request``: the gate's CPU time).
+
 Usage::
 
     python bench/route_recall_experts.py [--corpus DIR] [--set margin=0.5] [--grid FILE]
         [--cache DIR]   # trained experts kept there and reused on the next run
+        [--sizes 8,16,32,42]
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ import hashlib
 import itertools
 import json
 import logging
+import random
 import sys
 import time
 from collections import defaultdict
@@ -57,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from route_recall import build_table, key, split, subtable  # noqa: E402
+from route_recall import build_table, gate_cost_us, key, split, subtable  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from experts.expert import Expert, ExpertConfig  # noqa: E402
@@ -346,8 +357,9 @@ def cost(trunk, embedder, gate, table, held, experts_by_label, router, count: in
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_library_arguments(parser: argparse.ArgumentParser) -> None:
+    """The corpus, the table's stream and the experts' recipe (shared by the benches that
+    train one expert per label: this one and ``bench/routing_forgetting.py``)."""
     parser.add_argument("--corpus", type=Path, default=None, help="default: data/corpus")
     parser.add_argument("--trunk", type=Path, default=None, help="default: the bundled trunk")
     parser.add_argument("--seed", type=int, default=0)
@@ -359,8 +371,61 @@ def main(argv: list[str] | None = None) -> int:
         "--heldout-cap", type=int, default=0, help="held-out docs per label (0: all; smoke)"
     )
     parser.add_argument("--cache", type=Path, default=None, help="keep/reuse trained experts")
+
+
+CURVE_KEYS = ("route_recall", "route_wrong", "route_mixed_with_own", "reranked")
+
+
+def curve(stream: Scenario, held: dict, config: RouterConfig, embedder, trunk, router, args):
+    """Per size K in ``args.sizes``: the first K labels of one seeded order, their own table
+    and experts, and what :func:`measure` and :func:`cost` find (see the module's doc)."""
+    order = stream.names
+    random.Random(f"sizes:{args.seed}").shuffle(order)  # the order bench/route_recall.py uses
+    gate, trained, outcomes, points = Gate(), {}, {}, []
+    for size in [int(s) for s in args.sizes.split(",")]:
+        names = order[:size]
+        part = Scenario({n: stream.domains[n] for n in names})
+        part_held = {n: held[n] for n in names if n in held}
+        table = build_table(part, config, embedder, args.per_domain, args.mixture, args.seed)
+        labels = sorted({r.label_hint for r in table.rows() if r.status == "active"} & set(held))
+        new = [label for label in labels if label not in outcomes]
+        more, more_outcomes = train_experts(
+            trunk, stream, new, args.steps, args.train_docs, args.cache
+        )
+        trained.update(more)
+        outcomes.update(more_outcomes)
+        experts = {label: trained[label] for label in labels if label in trained}
+        figures = measure(trunk, table, part_held, embedder, gate, experts, {"ours": router})
+        ours, base = figures["figures"]["ours"], figures["base"]
+        rows = [r for r in table.rows() if r.status == "active"]
+        point = {
+            "labels": size,
+            "domains": len(rows),
+            "domains_with_expert": sum(1 for r in rows if r.label_hint in experts),
+            "labels_with_expert": len(base["labels_with_expert"]),
+        }
+        for length in ("256", "full"):
+            for name in CURVE_KEYS:
+                point[f"{name}_{length}"] = round(ours[f"{name}_{length}"], 4)
+            for name in ("route_recall", "route_wrong"):
+                point[f"embed_{name}_{length}"] = round(base[f"embed_{name}_{length}"], 4)
+        point.update(cost(trunk, embedder, gate, table, part_held, experts, router))
+        point["gate_us_per_request"] = gate_cost_us(table, part_held, embedder, gate)
+        log.warning("routing curve %s", json.dumps(point))
+        points.append(point)
+    return points, outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_library_arguments(parser)
     parser.add_argument("--grid", type=Path, default=None, help="write the settings grid here")
     parser.add_argument("--dump", type=Path, default=None, help="write per-text scores here")
+    parser.add_argument(
+        "--sizes",
+        default="",
+        help="comma-separated library sizes (labels) for the routing curve, e.g. 8,16,32,42",
+    )
     parser.add_argument(
         "--set",
         action="append",
@@ -388,8 +453,23 @@ def main(argv: list[str] | None = None) -> int:
     stream, held = split(Scenario.from_directory(args.corpus), config)
     if args.heldout_cap:
         held = {label: docs[: args.heldout_cap] for label, docs in held.items()}
-    table = build_table(stream, config, embedder, args.per_domain, args.mixture, args.seed)
     trunk = load_trunk(args.trunk or bundled.trunk_dir())
+    if args.sizes:
+        if max(int(s) for s in args.sizes.split(",")) > len(stream.names):
+            parser.error(f"--sizes: the corpus has {len(stream.names)} labels")
+        points, outcomes = curve(stream, held, config, embedder, trunk, shipped, args)
+        line = {
+            "corpus": str(args.corpus or "data/corpus"),
+            "seed": args.seed,
+            "steps": args.steps,
+            "experts_not_worth_it": sorted(k for k, v in outcomes.items() if v != "finished"),
+            "curve": points,
+            "likelihood": {k: getattr(shipped, k) for k in SETTINGS},
+            "torch_threads": torch.get_num_threads(),
+        }
+        print(json.dumps(line))
+        return 0
+    table = build_table(stream, config, embedder, args.per_domain, args.mixture, args.seed)
     labels = sorted({r.label_hint for r in table.rows() if r.status == "active"} & set(held))
     experts, outcomes = train_experts(
         trunk, stream, labels, args.steps, args.train_docs, args.cache
