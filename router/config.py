@@ -169,6 +169,14 @@ class RouterConfig:
         unit="decisions",
         range=">= 0",
     )
+    job_wait_docs: int = setting(
+        3000,
+        help="...or job_min_docs once this many decisions passed since the domain's first "
+        "gathered document (0: off): a rare kind that trickles in, never quiet and far from "
+        "job_docs, still gets its expert",
+        unit="decisions",
+        range=">= 0",
+    )
     heldout_fraction: float = setting(
         0.1, help="share of documents kept out of training (hash of doc_id)", range="[0, 1)"
     )

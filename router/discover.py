@@ -131,7 +131,8 @@ class DiscoverStage:
         if vector is not None and (domain_id is None or uncertain):
             self.clusterer.add(vector, doc)
             self.since_cluster += 1
-        if self.config.job_quiet_docs and self.seen % QUIET_CHECK_EVERY == 0:
+        waits = self.config.job_quiet_docs or self.config.job_wait_docs
+        if waits and self.seen % QUIET_CHECK_EVERY == 0:
             out.extend(self._quiet_jobs(now))
         if self.since_cluster >= self.config.cluster_every:
             self.since_cluster = 0
@@ -261,18 +262,21 @@ class DiscoverStage:
         return taken + self.clusterer.remove(claimed), len(claimed)
 
     def _quiet_jobs(self, now: int) -> list[Emit]:
-        """First jobs of domains that stopped arriving: at least ``job_min_docs`` gathered
-        and none in the last ``job_quiet_docs`` decisions (a short burst of a rare kind
-        still gets its expert)."""
+        """First jobs of domains that stopped arriving or arrive too slowly: at least
+        ``job_min_docs`` gathered and none in the last ``job_quiet_docs`` decisions (a
+        short burst of a rare kind), or ``job_wait_docs`` decisions since the first of them
+        (a rare kind that trickles in: never quiet, and far from ``job_docs``)."""
         out: list[Emit] = []
-        least = min(self.config.job_min_docs, self.config.job_docs)
+        config = self.config
+        least = min(config.job_min_docs, config.job_docs)
         for domain_id, state in sorted(self.domains.items()):
             if state.job_id is not None or len(state.collected) < least:
                 continue
-            if (
-                self.seen - int(state.collected[-1].get("seq", self.seen))
-                >= self.config.job_quiet_docs
-            ):
+            last = int(state.collected[-1].get("seq", self.seen))
+            first = min(int(d.get("seq", self.seen)) for d in state.collected)
+            quiet = config.job_quiet_docs and self.seen - last >= config.job_quiet_docs
+            waited = config.job_wait_docs and self.seen - first >= config.job_wait_docs
+            if quiet or waited:
                 out.extend(self._first_job(domain_id, now))
         return out
 

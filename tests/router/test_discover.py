@@ -111,3 +111,28 @@ def test_rejects_wrong_input_and_foreign_snapshot() -> None:
     routed = RoutedDoc("x1", "unknown-domain", 0.9, "t", 0, 0)
     assert stage.process(Message(b"", topic="t", partition=0, offset=0), routed) == []
     assert stage.offsets == {"t:0": 1}
+
+
+@pytest.mark.slow
+def test_a_kind_that_trickles_in_gets_its_job_after_waiting(scenario: Scenario) -> None:
+    """Legal arrives in a burst of 250, then one document in five: never quiet, and far from
+    job_docs. With job_wait_docs its domain gets its first job once it has waited so many
+    decisions; without it, never during the stream."""
+    legal, fiction = scenario.domains["legal"], scenario.domains["fiction_austen"]
+    stream = list(legal[:250])
+    for k in range(1200):  # the trickle: legal 1 in 5, fiction the rest
+        stream.append(legal[250 + k // 5] if k % 5 == 0 else fiction[k])
+    base = {"job_docs": 1000, "job_min_docs": 60, "job_quiet_docs": 1000}
+    seen = {}
+    for wait in (0, 600):
+        loop = Loop(RouterConfig(**base, job_wait_docs=wait))
+        for doc in stream:
+            loop.feed(doc)
+        rows = {r.domain_id: r for r in loop.records(DomainRecord)}
+        seen[wait] = [
+            j
+            for j in loop.jobs()
+            if j.reason == "new_domain" and rows[j.domain_id].label_hint == "legal"
+        ]
+    assert seen[0] == []
+    assert len(seen[600]) == 1 and len(seen[600][0].train_doc_ids) >= 60
