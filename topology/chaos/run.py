@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -221,10 +220,12 @@ def check(plan: ChaosPlan, evidence: Evidence, trunk_before: str) -> list[str]:
 def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: ScoreProber) -> dict:
     state, labels = evidence.state, evidence.labels
     new = list(plan.stream.new_domains)
-    registered = {e: (r.domain_id, r.created_ms) for e, r in state.experts.items()}
-    waits = run_summary.time_to_expert(state.first_doc_ms, registered, labels, new)
-    served = [w for w in waits["per_label"].values() if w is not None]
-    counts = run_summary.expert_counts({e: d for e, (d, _) in registered.items()}, labels, new)
+    registered = {e: (r.domain_id, r.created_ms, r.job_id) for e, r in state.experts.items()}
+    created = {job_id: job.created_ms for job_id, job in state.jobs.items()}
+    waits = run_summary.time_to_expert(
+        state.first_doc_ms, registered, labels, new, created, state.job_started_ms
+    )
+    counts = run_summary.expert_counts({e: d for e, (d, _, _) in registered.items()}, labels, new)
     lost = invariants.lost_documents(evidence.fed_ids, state.doc_ids, state.routed_ids)
     warmup = int(plan.warmup_share * len(evidence.fed_ids))
     growth = growth_per_10k(evidence.samples, warmup)
@@ -252,8 +253,8 @@ def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: Sco
         "domain_labels": sorted(labels.values()),
         **serve_figures(evidence, injector, prober),
         "time_to_expert_s": waits["per_label"],
-        "time_to_expert_p50_s": percentile(served, 50),
-        "time_to_expert_p95_s": percentile(served, 95),
+        "time_to_expert_p50_s": waits["p50_s"]["total_s"],
+        "time_to_expert_p95_s": waits["p95_s"]["total_s"],
         "growth_per_10k_docs": growth,
         "unbounded": unbounded(growth),
     }
@@ -283,15 +284,3 @@ def serve_figures(evidence: Evidence, injector: Injector, prober: ScoreProber) -
         ],
         "serve_answering_at_end": bool(prober.outcomes) and prober.outcomes[-1][1],
     }
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile; None for no values.
-
-    >>> percentile([10.0, 20.0, 30.0, 40.0], 50), percentile([10.0, 20.0, 30.0, 40.0], 95)
-    (20.0, 40.0)
-    """
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
