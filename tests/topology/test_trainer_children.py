@@ -98,7 +98,7 @@ def test_demo_paces_its_feed_unless_told_not_to(planned, capsys) -> None:
     assert main(["demo", "--out", "runs"]) == 0
     assert main(["demo", "--out", "runs", "--rate", "0"]) == 0
     assert main(["demo", "--out", "runs", "--rate", "25"]) == 0
-    assert [p.rate for p in planned] == [DEMO_RATE, None, 25.0]
+    assert [p.rate for p in planned] == [DEMO_RATE or None, None, 25.0]
     assert main(["demo", "--out", "runs", "--rate", "-1"]) == 2
     assert "pass --rate R with R >= 0" in capsys.readouterr().err
     paced = demo_run.feed_spec(Path("s.jsonl"), 25.0).argv

@@ -36,10 +36,10 @@ def demo_stage_defaults(path: Path = DEMO_CONFIG) -> dict[str, str]:
     return env
 
 
-# documents per second the demo feeds: the bundled stream's 2,540 over ~5 minutes, a new
-# kind every 40 s (320 documents a phase), longer than its job takes on 2 cores (at 10 per
-# second one job ended as the next kind's began: each waited for the one before)
-DEMO_RATE = 8.0
+# documents per second the demo feeds by default: 0, as fast as ingest goes (a backlog:
+# every new kind's job queues behind the others); --rate 8 feeds the bundled stream over
+# ~5 minutes, a new kind every 40 s (docs/results.md: at 10 per second p50 65.4 s)
+DEMO_RATE = 0.0
 
 QUICK = {"new_domains": ("legal", "scripture"), "per_domain": 300, "mixture_docs": 100}
 
@@ -115,7 +115,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=DEMO_RATE,
         help="documents fed per second, as a stream arrives over time (default "
-        f"{DEMO_RATE:g}; 0: as fast as ingest goes, a backlog: every job then queues)",
+        f"{DEMO_RATE:g}: as fast as ingest goes, a backlog where every job queues)",
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after seconds")
     parser.add_argument("--no-serve", action="store_true", help="do not start `worx serve`")
