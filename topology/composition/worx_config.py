@@ -149,6 +149,26 @@ class ServeConfig:
         unit="chars",
         range=">= 1",
     )
+    batching: bool = setting(
+        True,
+        help="concurrent requests share forwards: scoring texts are gathered into one padded "
+        "forward, generations run as one batch that requests join and leave between decode "
+        "steps (each row with its own experts); false: one request per forward, the path "
+        "before batching",
+    )
+    batch_window_ms: float = setting(
+        2.0,
+        help="how long a scoring forward waits for more texts after the first arrives",
+        unit="ms",
+        range=">= 0",
+    )
+    batch_max_rows: int = setting(
+        16,
+        help="most texts in one scoring forward and most generations in the running batch; "
+        "with batching the worker pool admits max(workers, this) requests at once",
+        unit="rows",
+        range=">= 1",
+    )
     allowed_hosts: tuple[str, ...] = setting(
         (),
         help="names the API is reached by besides loopback and experts.serve_host (a Host "
@@ -165,6 +185,8 @@ class ServeConfig:
             raise ValueError("serve.workers must be >= 1 and serve.queue >= 0")
         if self.chars_per_token < 1:
             raise ValueError("serve.chars_per_token must be >= 1")
+        if self.batch_window_ms < 0 or self.batch_max_rows < 1:
+            raise ValueError("serve.batch_window_ms must be >= 0 and serve.batch_max_rows >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
