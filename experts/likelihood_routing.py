@@ -49,7 +49,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -57,6 +57,9 @@ import torch
 from experts.mixture import Mixture
 from router.gate import DomainExperts, Gate, GateDecision
 from router.table import DomainTable
+
+if TYPE_CHECKING:
+    from experts.serving.score_batcher import BatchedMixture
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +187,7 @@ class LikelihoodRouter:
 
     def rerank(
         self,
-        mixture: Mixture,
+        mixture: Mixture | BatchedMixture,
         gate: Gate,
         tokens: Callable[[], torch.Tensor],
         embedding: np.ndarray,

@@ -7,6 +7,9 @@
 * :mod:`~experts.serving.routing`: a request's text to its domain and experts;
 * :mod:`~experts.serving.scoring`: per-token loss and perplexity;
 * :mod:`~experts.serving.generation`: continuations (``generate``, ``complete``);
+* :mod:`~experts.serving.score_batcher` and :mod:`~experts.serving.decode_batch`: with
+  batching, concurrent requests share forwards (scoring rows gathered into one padded
+  forward; generations as one running batch they join and leave between decode steps);
 * :mod:`~experts.serving.explain`: why a text gets its domain and experts;
 * :mod:`~experts.serving.health`: ``/health`` and ``/experts``;
 * :mod:`~experts.serving.request`: :class:`RequestError`, token ids, and running a request
@@ -20,24 +23,41 @@ does not know (yet) is served to nobody by the gate; ``/health`` lists it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from experts.likelihood_routing import LikelihoodRouter
+from experts.mixture import Mixture
 from experts.records import ExpertRegistration
 from experts.sampling import Sampling
 from experts.serving import explain as _explain
 from experts.serving import generation, health, routing, scoring
+from experts.serving.decode_batch import DecodeBatch
 from experts.serving.registry import ExpertRegistry, RegisterOutcome
 from experts.serving.request import RequestError
+from experts.serving.score_batcher import BatchedMixture, ScoreBatcher
 from experts.store import ExpertStore
 from experts.table import ExpertTable
 from experts.trunk import Trunk
 from router.gate import Gate, GateDecision
 from router.table import DomainTable
 
-__all__ = ["ExpertServer", "RegisterOutcome", "RequestError"]
+__all__ = ["Batching", "ExpertServer", "RegisterOutcome", "RequestError"]
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How concurrent requests share forwards (``[serve]`` ``batch_window_ms``,
+    ``batch_max_rows``)."""
+
+    window_s: float = 0.002
+    max_rows: int = 16
+
+    def score_batcher(self, trunk: Trunk) -> ScoreBatcher:
+        return ScoreBatcher(trunk, self.window_s, self.max_rows)
 
 
 class ExpertServer:
@@ -62,6 +82,9 @@ class ExpertServer:
     likelihood : LikelihoodRouter, optional
         Re-ranks the gate's unsure decisions by the candidate experts' likelihood of the
         text (:mod:`experts.likelihood_routing`); None: the gate's decision alone.
+    batching : Batching, optional
+        Share forwards between concurrent requests (window and most rows); None: every
+        request runs its own forwards.
     """
 
     def __init__(
@@ -74,6 +97,7 @@ class ExpertServer:
         max_tokens: int = 1024,
         max_new_tokens: int = 128,
         likelihood: LikelihoodRouter | None = None,
+        batching: Batching | None = None,
     ) -> None:
         if store.trunk_fingerprint != trunk.fingerprint:
             raise ValueError("the store must be opened with the trunk's fingerprint")
@@ -91,6 +115,9 @@ class ExpertServer:
         self.max_new_tokens = max_new_tokens
         self.likelihood = likelihood
         self.registry = ExpertRegistry(trunk, store, embedder)
+        self.batching = batching
+        self.score_batcher = None if batching is None else batching.score_batcher(trunk)
+        self.decoder = None if batching is None else DecodeBatch(trunk, batching.max_rows)
         self.refusals = self.registry.refusals
         self.requests = 0
         self.failed_requests = 0
@@ -118,6 +145,19 @@ class ExpertServer:
         return self.registry.unregister(expert_id)
 
     # ------------------------------------------------------------------ requests
+    def routing_request(self) -> contextlib.AbstractContextManager:
+        """Around a request's routing and scoring: with batching, the scoring forward waits
+        its window for company only while such requests are on their way."""
+        if self.score_batcher is None:
+            return contextlib.nullcontext()
+        return self.score_batcher.caller()
+
+    def mixture(self, table: ExpertTable) -> Mixture | BatchedMixture:
+        """What scores rows under ``table``'s experts: a shared forward when batching."""
+        if self.score_batcher is None:
+            return Mixture(self.trunk, table)
+        return BatchedMixture(self.score_batcher, table)
+
     def route(self, text: str, table: ExpertTable) -> GateDecision:
         """The gate's decision for ``text``: its domain and the experts of ``table`` it gets."""
         return routing.route(self, text, table)[0]

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from experts.decoding import Continuation, pieces
 from experts.mixture import Mixture
-from experts.sampling import Sampling, sample, steps, stop_ids_of
+from experts.sampling import Sampling, sample, stop_ids_of
+from experts.serving.decoding_state import Decoding
 from experts.serving.request import RequestError, encode, with_table
 from experts.serving.routing import weights as routed_weights
-from experts.serving.scoring import top
+from experts.serving.score_batcher import experts_of
 from experts.table import ExpertTable
 
 if TYPE_CHECKING:
@@ -32,21 +32,16 @@ def generate(
     tokenizer = server.trunk.tokenizer
 
     def work(table: ExpertTable) -> dict[str, Any]:
-        weights, routing = routed_weights(server, text, table, expert_weights)
+        with server.routing_request():
+            weights, routing = routed_weights(server, text, table, expert_weights)
         mixture = Mixture(server.trunk, table)
-        model = server.trunk.model
-        with torch.no_grad(), mixture.routing([weights]):
-            if sampling is None:
-                out = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=torch.ones_like(input_ids),
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    pad_token_id=tokenizer.pad_token_id,
-                )
-                new = out[0, input_ids.shape[1] :].tolist()
-            else:
-                new = sample(model, input_ids, max_new_tokens, sampling, stop_ids_of(model))
+        if server.decoder is not None:
+            end_ids = set(stop_ids_of(server.trunk.model))
+            decoding = Decoding(tokenizer, max_new_tokens, sampling, end_ids)
+            server.decoder.run(input_ids, weights, experts_of(table, [weights]), decoding)
+            new = decoding.continuation.ids
+        else:
+            new = alone_generate(mixture, weights, input_ids, max_new_tokens, sampling)
         return {
             "experts": weights,
             **routing,
@@ -58,6 +53,29 @@ def generate(
         }
 
     return with_table(server, work)
+
+
+def alone_generate(
+    mixture: Mixture,
+    weights: dict[str, float],
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    sampling: Sampling | None,
+) -> list[int]:
+    """The new token ids after ``input_ids (1, T)`` decoded by themselves (Hugging Face's
+    ``generate`` when greedy; the path without batching)."""
+    model = mixture.trunk.model
+    with torch.no_grad(), mixture.routing([weights]):
+        if sampling is None:
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=mixture.trunk.tokenizer.pad_token_id,
+            )
+            return out[0, input_ids.shape[1] :].tolist()
+        return sample(model, input_ids, max_new_tokens, sampling, stop_ids_of(model))
 
 
 def prompt(server: ExpertServer, text: str, max_new_tokens: int) -> tuple[torch.Tensor, bool]:
@@ -80,54 +98,52 @@ def complete(
     stop: Sequence[str] = (),
     on_text: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
-    """:meth:`experts.serving.ExpertServer.complete`."""
+    """:meth:`experts.serving.ExpertServer.complete`: in the running batch
+    (:class:`experts.serving.decode_batch.DecodeBatch`) when the server batches, else alone."""
     input_ids, cut = prompt(server, text, max_new_tokens)
     tokenizer = server.trunk.tokenizer
-    model = server.trunk.model
-    end_ids = set(stop_ids_of(model))
+    end_ids = set(stop_ids_of(server.trunk.model))
 
     def work(table: ExpertTable) -> dict[str, Any]:
-        weights, routing = routed_weights(server, text, table, expert_weights, domain=domain)
-        continuation = Continuation(tokenizer, stop)
-        scored: list[tuple[float, dict[str, float]]] = []  # per token: its, the top k
-        finish = "length"
-        with torch.no_grad(), Mixture(server.trunk, table).routing([weights]):
-            for token, logits in steps(model, input_ids, max_new_tokens, sampling, end_ids):
-                if top_logprobs is not None:
-                    log_probs = torch.log_softmax(logits.float(), dim=-1)  # (V,)
-                    scored.append(
-                        (float(log_probs[token]), top(tokenizer, log_probs, top_logprobs))
-                    )
-                shown = continuation.add(token)
-                if shown and on_text is not None and on_text(shown) is False:
-                    finish = "cancelled"
-                    break
-                if continuation.stopped or token in end_ids:
-                    finish = "stop"
-                    break
-        rest = continuation.rest()
-        if rest and on_text is not None and finish != "cancelled":
-            on_text(rest)
-        ids = continuation.ids
-        tokens = None
-        if top_logprobs is not None:
-            tokens, at = [], 0
-            for piece, (logprob, best) in zip(pieces(tokenizer, ids), scored, strict=True):
-                if at >= len(continuation.text) and continuation.stopped:
-                    break  # the tokens of the stop string
-                tokens.append({"text": piece, "logprob": logprob, "top": best})
-                at += len(piece)
+        with server.routing_request():
+            weights, routing = routed_weights(server, text, table, expert_weights, domain=domain)
+        decoding = Decoding(
+            tokenizer, max_new_tokens, sampling, end_ids, stop, top_logprobs, on_text
+        )
+        if server.decoder is not None:
+            server.decoder.run(input_ids, weights, experts_of(table, [weights]), decoding)
+        else:
+            alone(server, table, input_ids, weights, decoding)
         return {
             "experts": weights,
             **routing,
             "table_version": table.version,
-            "text": continuation.text,
-            "finish_reason": finish,
+            **decoding.result(),
             "prompt_tokens": int(input_ids.shape[1]),
-            "new_tokens": len(ids),
-            "tokens": tokens,
             "sampling": None if sampling is None else sampling.to_dict(),
             "truncated": cut,
         }
 
     return with_table(server, work)
+
+
+def alone(
+    server: ExpertServer,
+    table: ExpertTable,
+    input_ids: torch.Tensor,
+    weights: dict[str, float],
+    decoding: Decoding,
+) -> None:
+    """Decode ``input_ids (1, T)`` by itself with its key/value cache (the path without
+    batching)."""
+    model = server.trunk.model
+    past, step_input = None, input_ids
+    with torch.no_grad(), Mixture(server.trunk, table).routing([weights]):
+        while True:
+            out = model(input_ids=step_input, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            if decoding.step(out.logits[0, -1]):
+                return
+            step_input = torch.tensor(
+                [[decoding.last_token]], dtype=torch.long, device=input_ids.device
+            )

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from experts.mixture import Mixture
 from experts.serving.explain import with_rerank
 from experts.serving.request import RequestError, encode
 from experts.table import ExpertTable
@@ -40,7 +39,7 @@ def route(
         return decision, None, why
     limit = min(step.max_tokens, server.max_tokens)
     chosen, likelihood = step.rerank(
-        Mixture(server.trunk, table),
+        server.mixture(table),
         server.gate,
         lambda: encode(server.trunk, text, limit)[0],
         embedding,

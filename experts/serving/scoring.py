@@ -12,6 +12,7 @@ from experts.decoding import UNFINISHED, decode, pieces
 from experts.mixture import Mixture, next_token_losses
 from experts.serving.request import RequestError, encode, with_table
 from experts.serving.routing import weights as routed_weights
+from experts.serving.score_batcher import experts_of
 from experts.table import ExpertTable
 
 if TYPE_CHECKING:
@@ -34,12 +35,11 @@ def score(
         raise RequestError("'text' must be at least two tokens long to be scored")
 
     def work(table: ExpertTable) -> dict[str, Any]:
-        weights, routing = routed_weights(server, text, table, expert_weights, explain, domain)
-        rows = [weights, {}] if explain and weights else [weights]
-        batch = input_ids.expand(len(rows), -1)  # (R, T)
-        with torch.no_grad():
-            logits = Mixture(trunk, table).forward(batch, None, rows)  # (R, T, V)
-            losses, _ = next_token_losses(logits, batch)
+        with server.routing_request():
+            weights, routing = routed_weights(server, text, table, expert_weights, explain, domain)
+            rows = [weights, {}] if explain and weights else [weights]
+            batch = input_ids.expand(len(rows), -1)  # (R, T)
+            losses, logits = forward(server, table, batch, rows, top_logprobs is not None)
         token_losses = [float(v) for v in losses[0]]
         mean = sum(token_losses) / len(token_losses)
         if explain:
@@ -67,6 +67,24 @@ def score(
         return result
 
     return with_table(server, work)
+
+
+def forward(
+    server: ExpertServer,
+    table: ExpertTable,
+    batch: torch.Tensor,
+    rows: list[dict[str, float]],
+    want_logits: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(R, T-1)`` losses of ``batch (R, T)`` under ``rows``' weights, and the ``(R, T, V)``
+    logits with ``want_logits``: in a forward shared with other requests when the server
+    batches (:class:`experts.serving.score_batcher.ScoreBatcher`), else alone."""
+    if server.score_batcher is not None:
+        return server.score_batcher.token_losses(batch, rows, experts_of(table, rows), want_logits)
+    with torch.no_grad():
+        logits = Mixture(server.trunk, table).forward(batch, None, rows)  # (R, T, V)
+        losses, _ = next_token_losses(logits, batch)
+    return losses, logits
 
 
 def perplexity(mean_loss: float) -> float:

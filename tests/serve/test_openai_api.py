@@ -1,9 +1,11 @@
 """The OpenAI-compatible routes with the official `openai` client against a real server.
 
-One server per module (tests/support/serving.py: a tiny trunk, the domains ``python_code``
-and ``dom-legal`` named ``legal``, the expert ``code``, a bearer token). Every answer is
-checked against what the existing routes (``/score``, ``/generate``) say for the same text
-and experts: the two are one implementation, so their numbers must agree exactly.
+One server per module and batching mode (tests/support/serving.py: a tiny trunk, the domains
+``python_code`` and ``dom-legal`` named ``legal``, the expert ``code``, a bearer token): every
+test runs on the server that runs each request alone and on the one that shares forwards.
+Every answer is checked against what the existing routes (``/score``, ``/generate``) say for
+the same text and experts: the two are one implementation, so their numbers must agree
+exactly.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import urllib.request
 import openai
 import pytest
 
+from experts.serving import Batching
 from tests.support.experts import domain_texts
 from tests.support.serving import AUTH, TOKEN, tiny_served
 from topology.serve.openai_format import CHAT_STOP, chat_prompt
@@ -22,9 +25,10 @@ PROMPT = "def add(a, b):\n    return"
 MAX_NEW = 16  # the server's experts.max_new_tokens
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory):
-    with tiny_served(tmp_path_factory.mktemp("openai-serve"), max_new_tokens=MAX_NEW) as s:
+@pytest.fixture(scope="module", params=[None, Batching()], ids=["alone", "batched"])
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("openai-serve")
+    with tiny_served(root, max_new_tokens=MAX_NEW, batching=request.param) as s:
         yield s
 
 

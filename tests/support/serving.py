@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experts.serving import ExpertServer
+from experts.serving import Batching, ExpertServer
 from experts.store import ExpertStore
 from experts.testing import build_tiny_trunk
 from experts.trunk import load_trunk
@@ -51,8 +51,11 @@ class Served:
 
 
 @contextlib.contextmanager
-def tiny_served(root: Path, max_new_tokens: int = 16, **options: Any) -> Iterator[Served]:
-    """The server (``options`` go to :class:`topology.serve.http_api.ServeAPI`)."""
+def tiny_served(
+    root: Path, max_new_tokens: int = 16, batching: Batching | None = None, **options: Any
+) -> Iterator[Served]:
+    """The server (``batching``: its shared forwards; ``options`` go to
+    :class:`topology.serve.http_api.ServeAPI`)."""
     trunk = load_trunk(build_tiny_trunk(root / "trunk", layers=2, width=32, vocab_size=320))
     store = ExpertStore(root / "store", trunk.fingerprint)
     embedder = default_embedder()
@@ -60,7 +63,13 @@ def tiny_served(root: Path, max_new_tokens: int = 16, **options: Any) -> Iterato
     table.apply(domain_record(embedder, "python_code"))
     table.apply(domain_record(embedder, "legal", domain_id="dom-legal"))
     server = ExpertServer(
-        trunk, store, embedder, Gate(top_k=1), table, max_new_tokens=max_new_tokens
+        trunk,
+        store,
+        embedder,
+        Gate(top_k=1),
+        table,
+        max_new_tokens=max_new_tokens,
+        batching=batching,
     )
     expert = make_domain_expert(store, trunk, embedder, "code", "python_code", seed=1)
     assert server.register(expert.registration()).status == "registered"

@@ -67,7 +67,18 @@ def server_from_config(
         max_tokens=section.max_tokens,
         max_new_tokens=section.max_new_tokens,
         likelihood=likelihood_router(section),
+        batching=batching_from_config(config.serve),
     )
+
+
+def batching_from_config(serve: Any):
+    """The server's :class:`experts.serving.Batching` from ``[serve]``; None without
+    batching."""
+    from experts.serving import Batching
+
+    if not serve.batching:
+        return None
+    return Batching(serve.batch_window_ms / 1000.0, serve.batch_max_rows)
 
 
 # ---- trainer ----------------------------------------------------------------------------

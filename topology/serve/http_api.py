@@ -240,7 +240,8 @@ def options_from_config(serve: Any) -> dict[str, Any]:
             read_timeout_s=serve.read_timeout_s,
             idle_timeout_s=serve.idle_timeout_s,
         ),
-        "workers": serve.workers,
+        # with batching a request mostly waits for its shared forward: admit a full batch
+        "workers": max(serve.workers, serve.batch_max_rows) if serve.batching else serve.workers,
         "queue": serve.queue,
         "chars_per_token": serve.chars_per_token,
         "allowed_hosts": serve.allowed_hosts,

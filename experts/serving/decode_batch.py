@@ -1,0 +1,260 @@
+"""Generation as one running batch (iteration-level, "continuous" batching).
+
+One thread owns the batch. Between decode steps a waiting completion joins: its prompt is
+run alone (the prefill, with its own experts) and its key/value cache is merged into the
+batch's; a finished or cancelled one leaves at once, so one long generation never holds
+short ones back. Each step is one forward of one new token per row, each row with its own
+experts (the mixture's per-row weights) and its own sampling.
+
+The batch's cache is *left*-padded: row ``b`` holds its ``n_b`` real positions at the right
+end of ``L`` columns and a 0 in ``mask`` where it has none; positions are passed per row,
+so a row's logits equal its decoding alone within float tolerance. Columns no row uses
+any more are cut when rows leave.
+
+Each completion keeps the experts it was routed to when it joined (resolved from the table
+of its request), so a registration during a generation changes nothing in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+from experts.expert import Expert
+from experts.mixture import Mixture
+from experts.serving.decoding_state import Decoding
+from experts.trunk import Trunk
+
+log = logging.getLogger(__name__)
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values (B, H, L, D)
+ROOM = 64  # columns a batch's cache grows by at once (a step then writes, never copies)
+
+
+class _GrowingLayer(DynamicLayer):
+    """One layer's keys and values in buffers with room for ``ROOM`` more positions: a
+    decode step writes its column in place (Hugging Face's own layer copies the whole cache
+    every step, which was half of a step's time at 16 rows)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        super().__init__()
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+        self.length = 0
+        self._keys = self._values = keys[:, :, :0]
+        self.update(keys, values)
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        end = self.length + key_states.shape[-2]
+        if end > self._keys.shape[-2]:
+            shape = (*key_states.shape[:2], end + ROOM, key_states.shape[-1])
+            keys, values = key_states.new_zeros(shape), value_states.new_zeros(shape)
+            keys[:, :, : self.length] = self._keys[:, :, : self.length]
+            values[:, :, : self.length] = self._values[:, :, : self.length]
+            self._keys, self._values = keys, values
+        self._keys[:, :, self.length : end] = key_states
+        self._values[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        return self.keys, self.values
+
+
+class _BatchCache(DynamicCache):
+    """The running batch's cache: one :class:`_GrowingLayer` per trunk layer."""
+
+    def __init__(self, kv: KV) -> None:
+        Cache.__init__(self, layers=[_GrowingLayer(k, v) for k, v in kv])
+
+    def tensors(self) -> KV:
+        return [(layer.keys, layer.values) for layer in self.layers]
+
+
+@dataclass
+class _Job:
+    input_ids: torch.Tensor  # (1, T) the prompt
+    weights: dict[str, float]
+    experts: Mapping[str, Expert]
+    decoding: Decoding
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+@dataclass
+class _Row:
+    job: _Job
+    position: int  # the position of the row's next token (= its real tokens so far)
+
+
+class DecodeBatch:
+    """The running generation batch of ``trunk``: at most ``max_rows`` completions."""
+
+    def __init__(self, trunk: Trunk, max_rows: int = 16) -> None:
+        self.trunk = trunk
+        self.max_rows = int(max_rows)
+        self.steps = 0
+        self.rows_stepped = 0
+        self.joined = 0
+        self.cancelled = 0
+        self.changed = threading.Condition()  # notified whenever rows leave
+        self._waiting: queue.Queue[_Job] = queue.Queue()
+        self._rows: list[_Row] = []
+        self._cache: _BatchCache | None = None  # None: no rows
+        self._mask: torch.Tensor | None = None  # (B, L) 1 where a row has a position
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> int:
+        return len(self._rows)
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        weights: dict[str, float],
+        experts: Mapping[str, Expert],
+        decoding: Decoding,
+    ) -> None:
+        """Decode ``input_ids (1, T)`` in the batch until ``decoding`` finishes (blocks)."""
+        job = _Job(input_ids, dict(weights), experts, decoding)
+        self._start()
+        self._waiting.put(job)
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+
+    # ------------------------------------------------------------------ the thread
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="decode-batch", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            while len(self._rows) < self.max_rows:
+                try:
+                    job = self._waiting.get(block=not self._rows)
+                except queue.Empty:
+                    break
+                self._guarded(self._join, job)
+            if self._rows:
+                try:
+                    self._step()
+                except Exception as exc:  # noqa: BLE001 - every row of the step fails
+                    log.exception("a decode step failed; its %d rows fail", len(self._rows))
+                    for row in self._rows:
+                        row.job.error = exc
+                    self._leave(list(range(len(self._rows))))
+
+    def _guarded(self, fn, job: _Job) -> None:
+        try:
+            fn(job)
+        except Exception as exc:  # noqa: BLE001 - the job's own failure
+            job.error = exc
+            job.done.set()
+
+    def _join(self, job: _Job) -> None:
+        """Prefill ``job``'s prompt alone; it joins the batch unless its first token ends it."""
+        model = self.trunk.model
+        with torch.no_grad(), Mixture(self.trunk, job.experts).routing([job.weights]):
+            out = model(input_ids=job.input_ids, use_cache=True)
+        self.joined += 1
+        if job.decoding.step(out.logits[0, -1]):
+            job.done.set()
+            return
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]  # (1,H,T,D)
+        length = job.input_ids.shape[1]
+        mask = torch.ones((1, length), dtype=torch.long, device=self.trunk.device)
+        if self._cache is None:
+            self._cache, self._mask = _BatchCache(kv), mask
+        else:
+            width = max(self._mask.shape[1], length)
+            self._cache = _BatchCache(
+                [
+                    (
+                        torch.cat([_left_pad(k, width), _left_pad(nk, width)]),
+                        torch.cat([_left_pad(v, width), _left_pad(nv, width)]),
+                    )
+                    for (k, v), (nk, nv) in zip(self._cache.tensors(), kv, strict=True)
+                ]
+            )
+            self._mask = torch.cat([_left_pad(self._mask, width), _left_pad(mask, width)])
+        self._rows.append(_Row(job, length))
+
+    def _step(self) -> None:
+        rows = self._rows
+        device = self.trunk.device
+        tokens = torch.tensor([[r.job.decoding.last_token] for r in rows], device=device)  # (B,1)
+        positions = torch.tensor([[r.position] for r in rows], device=device)  # (B, 1)
+        mask = torch.cat([self._mask, torch.ones_like(self._mask[:, :1])], dim=1)  # (B, L+1)
+        experts: dict[str, Expert] = {}
+        for row in rows:
+            experts.update(row.job.experts)
+        with torch.no_grad(), Mixture(self.trunk, experts).routing([r.job.weights for r in rows]):
+            logits = self.trunk.model(
+                input_ids=tokens,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=self._cache,
+                use_cache=True,
+            ).logits  # (B, 1, V)
+        self._mask = mask
+        self.steps += 1
+        self.rows_stepped += len(rows)
+        finished = []
+        for b, row in enumerate(rows):
+            row.position += 1
+            try:
+                if row.job.decoding.step(logits[b, -1]):
+                    finished.append(b)
+            except Exception as exc:  # noqa: BLE001 - this row's own failure (its on_text)
+                row.job.error = exc
+                finished.append(b)
+        if finished:
+            self._leave(finished)
+
+    def _leave(self, finished: list[int]) -> None:
+        """Rows ``finished`` leave the batch (their requests are answered); unused columns go."""
+        jobs = [self._rows[b].job for b in finished]
+        keep = [b for b in range(len(self._rows)) if b not in set(finished)]
+        if keep:
+            self._shrink(keep)
+        else:
+            self._cache, self._mask = None, None
+        self._rows = [self._rows[b] for b in keep]
+        self.cancelled += sum(job.decoding.finish == "cancelled" for job in jobs)
+        with self.changed:
+            self.changed.notify_all()
+        for job in jobs:
+            job.done.set()
+
+    def _shrink(self, keep: list[int]) -> None:
+        index = torch.tensor(keep, device=self.trunk.device)
+        mask = self._mask.index_select(0, index)  # (B', L)
+        used = mask.any(dim=0).nonzero()
+        start = int(used[0]) if used.numel() else mask.shape[1]
+        self._mask = mask[:, start:]
+        self._cache = _BatchCache(
+            [
+                (k.index_select(0, index)[:, :, start:], v.index_select(0, index)[:, :, start:])
+                for k, v in self._cache.tensors()
+            ]
+        )
+
+
+def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
+    """``x`` with zero columns in front of its sequence dimension (the last but one of a
+    ``(B, H, L, D)`` cache; the last of a ``(B, L)`` mask) up to ``width``."""
+    dim = -2 if x.dim() == 4 else -1
+    missing = width - x.shape[dim]
+    if missing <= 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = missing
+    return torch.cat([x.new_zeros(shape), x], dim=dim)
