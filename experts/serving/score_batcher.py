@@ -28,6 +28,9 @@ from experts.mixture import Mixture, Weights, next_token_losses
 from experts.trunk import Trunk
 
 
+PAD_RATIO = 1.25
+
+
 @dataclass
 class _Submission:
     input_ids: torch.Tensor  # (R, T)
@@ -130,6 +133,10 @@ class ScoreBatcher:
             return self._callers > gathered
 
     def _forward_or_each(self, batch: list[_Submission]) -> None:
+        for group in by_length(batch):
+            self._forward_group(group)
+
+    def _forward_group(self, batch: list[_Submission]) -> None:
         try:
             self._forward(batch)
         except Exception as exc:  # noqa: BLE001 - handed to the requests that caused it
@@ -137,7 +144,7 @@ class ScoreBatcher:
                 batch[0].error = exc
             else:
                 for submission in batch:
-                    self._forward_or_each([submission])
+                    self._forward_group([submission])
                 return
         for submission in batch:
             submission.done.set()
@@ -175,6 +182,20 @@ class ScoreBatcher:
             if submission.want_logits:
                 submission.logits = logits[at : at + n, :length]
             at += n
+
+
+def by_length(batch: list[_Submission]) -> list[list[_Submission]]:
+    """``batch`` in groups of similar length, shortest first: a group's longest text is at
+    most ``PAD_RATIO`` times its shortest, so padding wastes little of a forward (on a CPU,
+    scoring is compute-bound: a padded position costs what a real one does)."""
+    groups: list[list[_Submission]] = []
+    for submission in sorted(batch, key=lambda s: s.input_ids.shape[1]):
+        length = submission.input_ids.shape[1]
+        if groups and length <= PAD_RATIO * groups[-1][0].input_ids.shape[1]:
+            groups[-1].append(submission)
+        else:
+            groups.append([submission])
+    return groups
 
 
 class BatchedMixture:
