@@ -1,307 +1,301 @@
-"""Load on a real `worx serve`: N concurrent clients, steady vs while experts register.
+"""Load on a real `worx serve`: the unbatched serving path beside the batched one.
 
-A `worx serve` subprocess (embedded broker, a built GPT-2-family trunk, one expert per
-domain in the store at start) gets N clients posting /score back to back, each cycling
-over held-out texts that the domain table gives each domain. Two phases of equal length:
+ONE run starts `worx serve` (a subprocess, embedded broker, the bundled trunk unless
+``--trunk``) twice, on copies of the same expert store (one expert per domain, ten
+domains), with the same texts, workers and threads (OMP_NUM_THREADS = this machine's
+cores): first with ``WORX_SERVE__BATCHING=false`` (one request per forward), then with
+``WORX_SERVE__BATCHING=true`` (``--batch-window-ms``, ``--batch-max-rows``). Closed-loop
+aiohttp clients speak OpenAI's wire format (``POST /v1/completions``); each phase has a
+warm-up (``--warmup`` s, not measured), then ``--seconds`` s measured: a request counts in
+the phase its answer arrived in; in-flight requests are waited for before the next phase.
+A 503 waits for its Retry-After (at most 1 s) and counts as failed. Both servers run
+side by side (the idle one only polls its topics) and each phase runs on one, then on the
+other, which goes first alternating phase by phase, so drift in the machine's load hits
+both alike; the two hot-registration phases run on one server, then on the other.
 
-* ``steady``: nothing registers;
-* ``during_registration``: every ``--register-every`` seconds the bench announces on
-  ``<prefix>.experts`` a new expert that it wrote to the store before the run (what the
-  trainer does: store first, then the topic), for a domain in turn; it has the same
-  centroid and size as that domain's expert and is newer, so the gate serves it from then
-  on: every request runs one expert of the same size in both phases, only the
-  registrations (verify sha256, load, swap) differ.
+Phases, per server:
 
-Prints ONE JSON line: requests/s, p50/p99 per phase, the p99 ratio (target <= 1.2; the
-issue measured 1.58 on main's http.server with bench/serve.py), failed requests (anything
-but 200; target 0), 503s, registrations seen by the server, peak RSS of the serve process,
-and the machine's load. The baseline of the registration phase is the steady phase of the
-same run (the http.server implementation is gone, so it cannot run side by side).
+* ``scoring_1/8/32``: ``{model: auto, prompt: ~1,000 chars, max_tokens: 0, echo: true,
+  logprobs: 0}`` (the prompt's own loss, as /score) at 1, 8 and 32 clients;
+* ``generation_1/16``: ``{model: auto, prompt: ~200 chars, max_tokens: 64,
+  temperature: 0}`` at 1 and 16 clients; ``completion_tokens_per_s`` is the sum of
+  ``usage.completion_tokens`` over the phase's seconds;
+* ``mixed_experts_8`` / ``single_expert_8``: scoring with ``model`` an expert id (GET
+  /v1/models), 8 clients each on another expert vs all 8 on the same one;
+* ``steady_8`` / ``during_registration_8``: scoring at 8 clients, then the same while a new
+  expert is announced every ``--register-every`` s (written to a staging store before the
+  run, renamed into the store and announced on ``<prefix>.experts`` when its turn comes:
+  what the trainer does; same size as the one it supersedes, so only the registration
+  differs).
 
-Usage: ``python bench/serve_load.py [--clients 8] [--seconds 20] [--trunk DIR]``
+Every phase reports requests_per_s, p50_ms, p99_ms, failed (non-200, 503 included) and
+busy_503. Before the servers, the bench itself measures the machine's ``bound``: the bare
+trunk (load_trunk, torch threads = cores, no_grad), forward + next-token loss, on the
+scoring texts (tokenised as the server does, right-padded with a mask), in texts/s: the
+best of batches of 1, 8 and 32 (``--bound-batches``; on a small CPU the largest batch
+need not be the fastest; all are reported).
+
+Prints ONE JSON line; top-level figures (targets in ``targets``):
+
+* ``rps_over_bound_8``: batched scoring requests/s at 8 clients / bound (>= 0.85);
+* ``p99_8_batched_over_unbatched``: scoring p99 at 8 clients, batched / unbatched;
+* ``gen_tokens_per_s_ratio_16``: generated tokens/s at 16 clients, batched / unbatched (>= 4);
+* ``p50_ratio_1``: scoring p50 at 1 client, batched / unbatched (<= 1.1);
+* ``p99_ratio_during_over_steady``: batched server, during registration / steady (<= 1.2);
+* ``failed_requests``: non-200 answers over the whole batched run, warm-ups included (0);
+* ``mixed_experts_over_single``: batched, 8 experts / 1 expert scoring requests/s (>= 0.75);
+
+and ``unbatched`` / ``batched`` with every phase, the registrations seen, the server's
+counters and the errors its log shows; ``loadavg_before/after``, ``cpus``,
+``machine_busy`` (load above half the cores before or after), ``commit`` and ``date``.
+
+Usage: ``python bench/serve_load.py [--seconds 10] [--warmup 2] [--trunk DIR]
+[--workers 2] [--expert-rank 64]`` (``--seconds 2`` for a quick check).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
-import time
-import urllib.request
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.serve import (  # noqa: E402
-    DOMAINS,
-    _centroid,
-    _domain_table,
-    _randomize,
-    _routable_texts,
-)
+from bench import serve_load_parts as parts  # noqa: E402
 
-TOKEN = "serve-load-bench"
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 2) if values else None
+TARGETS = {
+    "rps_over_bound_8": ">= 0.85",
+    "gen_tokens_per_s_ratio_16": ">= 4",
+    "p50_ratio_1": "<= 1.1",
+    "p99_ratio_during_over_steady": "<= 1.2",
+    "failed_requests": "0",
+    "mixed_experts_over_single": ">= 0.75",
+}
 
 
-class RssSampler(threading.Thread):
-    """Peak resident memory of process ``pid``, sampled every 0.2 s."""
+def _phase(server, args, body, clients, errors, all_rows) -> dict:
+    phases = [("warmup", args.warmup), ("measured", args.seconds)]
+    rows, spans = asyncio.run(parts.run_clients(server.base, body, clients, phases, errors=errors))
+    all_rows.extend(rows)
+    return {"clients": clients, **parts.summary(rows, spans["measured"])}
 
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        import psutil
 
-        self.process = psutil.Process(pid)
-        self.peak = 0
-        self.stop = threading.Event()
+def _registration(server, stores, args, body, errors, all_rows) -> tuple[dict, dict, int]:
+    """steady_8, then during_registration_8 while the staged experts are announced."""
+    from confluent_kafka import Producer
 
-    def run(self) -> None:
-        while not self.stop.wait(0.2):
-            try:
-                self.peak = max(self.peak, self.process.memory_info().rss)
-            except Exception:  # noqa: BLE001 - the process ended
+    from topology.composition.topics import Topics
+
+    producer = Producer({"bootstrap.servers": args.bootstrap})
+    topic = Topics(server.prefix).experts
+    stop = threading.Event()
+
+    def register() -> None:
+        for manifest in stores.announce:
+            expert_id = manifest.expert_id
+            os.rename(server.staging / expert_id, server.store / expert_id)
+            producer.produce(topic, key=expert_id, value=manifest.registration().to_json())
+            producer.flush(10)
+            if stop.wait(args.register_every):
                 return
 
+    registrar = threading.Thread(target=register)
 
-async def _clients(
-    base: str, texts: list[str], clients: int, phases: list[tuple[str, float]], on_phase
-) -> list[tuple[str, float, float, int]]:
-    """Run ``clients`` loops through ``phases`` (name, seconds); (phase, start, end, status)."""
-    import aiohttp
+    def on_phase(name: str) -> None:
+        if name == "during":
+            registrar.start()
+        elif name == "cooldown":
+            stop.set()
 
-    log: list[tuple[str, float, float, int]] = []
-    phase = {"name": phases[0][0]}
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    timeout = aiohttp.ClientTimeout(total=120)
-    connector = aiohttp.TCPConnector(limit=clients)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-
-        async def client(i: int, stop: asyncio.Event) -> None:
-            n = i
-            while not stop.is_set():
-                name = phase["name"]
-                start = time.perf_counter()
-                try:
-                    body = {"text": texts[n % len(texts)]}
-                    async with session.post(f"{base}/score", json=body, headers=headers) as r:
-                        await r.read()
-                        status = r.status
-                except Exception:  # noqa: BLE001 - a failed request is a measured outcome
-                    status = -1
-                log.append((name, start, time.perf_counter(), status))
-                n += 1
-
-        stop = asyncio.Event()
-        tasks = [asyncio.create_task(client(i, stop)) for i in range(clients)]
-        for name, seconds in phases:
-            phase["name"] = name
-            on_phase(name)
-            await asyncio.sleep(seconds)
-        stop.set()
-        await asyncio.gather(*tasks)
-    return log
+    phases = [("warmup", args.warmup), ("steady", args.seconds), ("during", args.seconds)]
+    phases.append(("cooldown", 0.0))
+    rows, spans = asyncio.run(
+        parts.run_clients(server.base, body, 8, phases, on_phase, errors=errors)
+    )
+    stop.set()
+    if registrar.is_alive() or registrar.ident:
+        registrar.join()
+    all_rows.extend(rows)
+    announced = sum(1 for m in stores.announce if (server.store / m.expert_id).exists())
+    steady = {"clients": 8, **parts.summary(rows, spans["steady"])}
+    during = {"clients": 8, **parts.summary(rows, spans["during"])}
+    return steady, during, announced
 
 
-def _health(base: str) -> dict:
-    request = urllib.request.Request(f"{base}/health", headers={"Authorization": f"Bearer {TOKEN}"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+def measure(servers: dict, stores, args, texts: list[str], prompts: list[str]) -> dict:
+    """Every phase on both running servers, interleaved: each phase runs on one server,
+    then the other (which goes first alternates), so drift in the machine's load between
+    phases hits both alike."""
+    names = list(servers)
+    start = {
+        n: parts.wait_health(s, lambda h: h["domains"] == args.domains) for n, s in servers.items()
+    }
+    errors: dict = {n: [] for n in names}
+    rows: dict = {n: [] for n in names}
+    out: dict = {n: {} for n in names}
+    experts = {n: parts.expert_models(s) for n, s in servers.items()}
 
+    def scoring(model=None):
+        def body(i: int, n: int) -> dict:
+            prompt = texts[(i * 7 + n) % len(texts)]
+            chosen = "auto" if model is None else model(i)
+            return {
+                "model": chosen,
+                "prompt": prompt,
+                "max_tokens": 0,
+                "echo": True,
+                "logprobs": 0,
+            }
 
-def _wait(base: str, ok, timeout_s: float = 120.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        health = _health(base)
-        if ok(health) or time.monotonic() > deadline:
-            return health
-        time.sleep(0.2)  # polling the server's /health: it has no event to await
+        return body
+
+    def generation(i: int, n: int) -> dict:
+        prompt = prompts[(i * 3 + n) % len(prompts)]
+        return {"model": "auto", "prompt": prompt, "max_tokens": 64, "temperature": 0}
+
+    specs = [(f"scoring_{c}", lambda n: scoring(), c) for c in (1, 8, 32)]
+    specs += [(f"generation_{c}", lambda n: generation, c) for c in (1, 16)]
+    specs.append(("mixed_experts_8", lambda n: scoring(lambda i: experts[n][i % 8]), 8))
+    specs.append(("single_expert_8", lambda n: scoring(lambda i: experts[n][0]), 8))
+    for k, (phase, body, clients) in enumerate(specs):
+        for n in names if k % 2 == 0 else names[::-1]:
+            out[n][phase] = _phase(servers[n], args, body(n), clients, errors[n], rows[n])
+    for n in names:
+        steady, during, announced = _registration(
+            servers[n], stores, args, scoring(), errors[n], rows[n]
+        )
+        o = out[n]
+        o["steady_8"], o["during_registration_8"] = steady, during
+        end = parts.wait_health(
+            servers[n], lambda h, n=n, a=announced: h["experts"] >= start[n]["experts"] + a, 60
+        )
+        o["experts_listed"] = len(experts[n])
+        o["registrations_announced"] = announced
+        o["registrations_served"] = end["experts"] - start[n]["experts"]
+        o["p99_ratio_during_over_steady"] = parts.ratio(during["p99_ms"], steady["p99_ms"])
+        o["mixed_experts_over_single"] = parts.ratio(
+            o["mixed_experts_8"]["requests_per_s"], o["single_expert_8"]["requests_per_s"]
+        )
+        o["requests"] = len(rows[n])
+        o["failed_requests"] = sum(1 for r in rows[n] if r[2] != 200)
+        o["busy_503"] = sum(1 for r in rows[n] if r[2] == 503)
+        o["server_failed_requests"] = end.get("failed_requests")
+        o["server_busy_refusals"] = end.get("busy_refusals")
+        o["refusals"] = len(end.get("refusals", []))
+        o["error_samples"] = errors[n]
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=20.0, help="length of each phase")
-    parser.add_argument("--warmup", type=float, default=5.0)
-    parser.add_argument("--domains", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured s per phase")
+    parser.add_argument("--warmup", type=float, default=2.0, help="warm-up s before each phase")
+    parser.add_argument("--trunk", help="trunk directory (default: the bundled data/trunk)")
+    parser.add_argument("--workers", type=int, default=2, help="WORX_SERVE__WORKERS, both")
+    parser.add_argument("--batch-window-ms", type=float, default=2.0)
+    parser.add_argument("--batch-max-rows", type=int, default=16)
+    parser.add_argument("--expert-rank", type=int, default=64, help="adapter rank, all layers")
     parser.add_argument("--register-every", type=float, default=1.0)
-    parser.add_argument("--expert-params", type=int, default=2_000_000)
-    parser.add_argument("--trunk", help="trunk directory (default: a built GPT-2 family trunk)")
+    parser.add_argument("--text-chars", type=int, default=1000, help="scoring prompt length")
+    parser.add_argument("--prompt-chars", type=int, default=200, help="generation prompt length")
+    parser.add_argument(
+        "--bound-batches", default="1,8,32", help="batch sizes of the bound (the best counts)"
+    )
     args = parser.parse_args()
 
-    from confluent_kafka import Producer
-
-    from experts.expert import Expert, ExpertConfig
-    from experts.store import ExpertStore
-    from experts.testing import build_tiny_trunk
     from experts.trunk import load_trunk
     from router.embed import default_embedder
     from topology.composition.embedded_broker import EmbeddedBroker
-    from topology.composition.topics import Topics, ensure_topics
+    from worx.bundled import trunk_dir as bundled_trunk_dir
 
-    load_before = os.getloadavg()
+    cores = parts.cpus()
+    load_before = parts.loadavg()
+    trunk_dir = Path(args.trunk) if args.trunk else bundled_trunk_dir()
+    trunk = load_trunk(trunk_dir)
     embedder = default_embedder()
-    domains = list(DOMAINS[: args.domains])
+    domains = list(parts.DOMAINS)
+    args.domains = len(domains)
+    table = parts.domain_table(embedder, domains)
+    by_domain = parts.routable_texts(embedder, table, domains, args.text_chars, per_domain=3)
+    texts = [t for i in range(3) for d in domains for t in by_domain[d][i : i + 1]]
+    prompts = [t[: args.prompt_chars] for t in texts]
+    sizes = tuple(int(b) for b in args.bound_batches.split(","))
+    bound = parts.trunk_bound(trunk, texts, sizes, max(3.0, args.seconds / 2), cores)
+    centroids = {d: parts.centroid(embedder, d) for d in domains}
+    count = max(1, int(args.seconds / args.register_every)) + 1
+    env = {
+        "OMP_NUM_THREADS": str(cores),
+        "WORX_SERVE__WORKERS": str(args.workers),
+        "WORX_SERVE__BATCH_WINDOW_MS": str(args.batch_window_ms),
+        "WORX_SERVE__BATCH_MAX_ROWS": str(args.batch_max_rows),
+    }
     with tempfile.TemporaryDirectory() as tmp_name, EmbeddedBroker() as broker:
         tmp = Path(tmp_name)
-        trunk_dir = (
-            Path(args.trunk)
-            if args.trunk
-            else build_tiny_trunk(
-                tmp / "trunk", family="gpt2", layers=4, width=256, vocab_size=2048
-            )
-        )
-        trunk = load_trunk(trunk_dir)
-        store = ExpertStore(tmp / "store", trunk.fingerprint)
-        layers = tuple(range(trunk.num_layers))
-        rank = max(1, round(args.expert_params / (len(layers) * (2 * trunk.hidden_size + 1))))
-        centroids = {d: _centroid(embedder, d) for d in domains}
-        # the experts announced during the run are written now, to a staging store on the
-        # same disk, and renamed into the store (atomic, as store.put's last step) when
-        # announced: the bench does no heavy work of its own while it measures
-        staging = ExpertStore(tmp / "staging", trunk.fingerprint)
-        count = max(1, int(args.seconds / args.register_every))
-        announce = []
-        for k in range(len(domains) + count):
-            domain = domains[k % len(domains)]
-            target = store if k < len(domains) else staging  # one per domain at start
-            expert = _randomize(
-                Expert(ExpertConfig(kind="adapter", layers=layers, rank=rank), trunk.hidden_size), k
-            )
-            manifest = target.put(f"e{k}-{domain}", expert, domain, centroids[domain])
-            if target is staging:
-                announce.append(manifest)
-        table = _domain_table(embedder, domains)
-        texts = list(_routable_texts(embedder, table, domains).values())
+        args.bootstrap = broker.bootstrap_servers
+        stores = parts.build_stores(tmp, trunk, domains, centroids, args.expert_rank, count)
+        del trunk  # the bench holds no model while the servers run
+        modes = {"unbatched": "false", "batched": "true"}
+        extra = {n: {**env, "WORX_SERVE__BATCHING": b} for n, b in modes.items()}
+        with contextlib.ExitStack() as stack:
+            servers = {
+                n: stack.enter_context(
+                    parts.serve(tmp, stores, trunk_dir, broker, table, domains, extra[n], n)
+                )
+                for n in modes
+            }
+            result = measure(servers, stores, args, texts, prompts)
+        for n, srv in servers.items():
+            result[n]["server_log_problems"] = parts.log_problems(srv.log_path)
+            result[n]["env"] = extra[n]
 
-        prefix = "load"
-        conf = {"bootstrap.servers": broker.bootstrap_servers}
-        ensure_topics(conf, prefix=prefix, partitions=1)
-        topics = Topics(prefix)
-        producer = Producer(conf)
-        for domain in domains:
-            producer.produce(topics.domains, key=domain, value=table.get(domain).to_json())
-        assert producer.flush(15) == 0
-
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WORX_")}
-        env.update(
-            WORX_KAFKA__BOOTSTRAP_SERVERS=broker.bootstrap_servers,
-            WORX_KAFKA__TOPIC_PREFIX=prefix,
-            WORX_KAFKA__PARTITIONS="1",
-            WORX_SERVE__API_TOKEN=TOKEN,
-            OMP_NUM_THREADS="1",
-        )
-        argv = [sys.executable, "-m", "topology.commands", "serve", "--trunk", str(trunk_dir)]
-        argv += ["--store", str(store.root), "--port", "0"]
-        log_file = (tmp / "serve.log").open("w")
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=log_file, text=True, env=env, cwd=ROOT
-        )
-        try:
-            line = proc.stdout.readline()
-            if not line.startswith("serving on "):
-                raise RuntimeError(f"worx serve did not start: {(tmp / 'serve.log').read_text()}")
-            base = line.split()[-1]
-            start_health = _wait(base, lambda h: h["domains"] == len(domains))
-            rss = RssSampler(proc.pid)
-            rss.start()
-
-            stop_registering = threading.Event()
-
-            def register() -> None:
-                for manifest in announce:
-                    expert_id = manifest.expert_id
-                    os.rename(staging.root / expert_id, store.root / expert_id)
-                    value = manifest.registration().to_json()
-                    producer.produce(topics.experts, key=expert_id, value=value)
-                    producer.flush(10)
-                    if stop_registering.wait(args.register_every):
-                        return
-
-            registrar = threading.Thread(target=register)
-
-            def on_phase(name: str) -> None:
-                if name == "during_registration":
-                    registrar.start()
-                elif name == "cooldown":
-                    stop_registering.set()
-
-            phases = [
-                ("warmup", args.warmup),
-                ("steady", args.seconds),
-                ("during_registration", args.seconds),
-                ("cooldown", 0.0),
-            ]
-            log = asyncio.run(_clients(base, texts, args.clients, phases, on_phase))
-            stop_registering.set()
-            registrar.join()
-            announced = sum(1 for m in announce if (store.root / m.expert_id).exists())
-            end_health = _wait(
-                base, lambda h: h["experts"] >= start_health["experts"] + announced, 60
-            )
-            rss.stop.set()
-        finally:
-            proc.terminate()
-            proc.wait(30)
-            log_file.close()
-
-    result: dict = {
+    un, ba = result["unbatched"], result["batched"]
+    top = {
         "bench": "serve_load",
-        "clients": args.clients,
-        "seconds_per_phase": args.seconds,
-        "trunk": str(args.trunk or "built gpt2 4x256"),
-        "trunk_params": sum(p.numel() for p in trunk.model.parameters()),
-        "expert_params": announce[0].num_params if announce else None,
+        "rps_over_bound_8": parts.ratio(ba["scoring_8"]["requests_per_s"], bound["texts_per_s"]),
+        "p99_8_batched_over_unbatched": parts.ratio(
+            ba["scoring_8"]["p99_ms"], un["scoring_8"]["p99_ms"]
+        ),
+        "gen_tokens_per_s_ratio_16": parts.ratio(
+            ba["generation_16"]["completion_tokens_per_s"],
+            un["generation_16"]["completion_tokens_per_s"],
+        ),
+        "p50_ratio_1": parts.ratio(ba["scoring_1"]["p50_ms"], un["scoring_1"]["p50_ms"]),
+        "p99_ratio_during_over_steady": ba["p99_ratio_during_over_steady"],
+        "failed_requests": ba["failed_requests"],
+        "mixed_experts_over_single": ba["mixed_experts_over_single"],
+        "targets": TARGETS,
+        "bound": bound,
+        "unbatched": un,
+        "batched": ba,
+        "trunk": str(trunk_dir),
         "domains": len(domains),
-        "registrations_announced": announced,
-        "registrations_served": end_health["experts"] - start_health["experts"],
-        "refusals": len(end_health["refusals"]),
+        "expert_rank": args.expert_rank,
+        "expert_params": stores.expert_params,
+        "scoring_texts": len(texts),
+        "text_chars": args.text_chars,
+        "prompt_chars": args.prompt_chars,
+        "seconds_per_phase": args.seconds,
+        "warmup_s": args.warmup,
+        "workers": args.workers,
+        "cpus": cores,
+        "loadavg_before": load_before,
     }
-    for name in ("steady", "during_registration"):
-        rows = [r for r in log if r[0] == name]
-        ok = [(end - start) * 1000 for _, start, end, status in rows if status == 200]
-        result[name] = {
-            "requests": len(rows),
-            "requests_per_s": round(len(ok) / args.seconds, 2),
-            "p50_ms": _percentile(ok, 50),
-            "p99_ms": _percentile(ok, 99),
-            "failed": sum(1 for r in rows if r[3] != 200),
-            "busy_503": sum(1 for r in rows if r[3] == 503),
-        }
-    steady_p99 = result["steady"]["p99_ms"]
-    during_p99 = result["during_registration"]["p99_ms"]
-    result["p99_ratio_during_over_steady"] = (
-        round(during_p99 / steady_p99, 3) if steady_p99 and during_p99 else None
-    )
-    result["target_p99_ratio"] = 1.2
-    result["failed_requests"] = sum(1 for r in log if r[3] != 200)
-    result["server_failed_requests"] = end_health["failed_requests"]
-    result["peak_rss_mb"] = round(rss.peak / 2**20, 1)
-    result["baseline"] = {
-        "what": "the steady phase of this run (the old http.server API cannot run beside it)",
-        "p99_ratio_on_main_http_server_per_issue_13": 1.58,
-    }
-    load_after = os.getloadavg()
-    cpus = os.cpu_count() or 1
-    result["loadavg_before"] = [round(v, 2) for v in load_before]
-    result["loadavg_after"] = [round(v, 2) for v in load_after]
-    result["cpus"] = cpus
-    result["machine_busy"] = max(load_before[0], load_after[0]) > 0.5 * cpus
-    print(json.dumps(result))
+    load_after = parts.loadavg()
+    top["loadavg_after"] = load_after
+    top["machine_busy"] = max(load_before[0], load_after[0]) > 0.5 * cores
+    top["commit"] = parts.commit()
+    top["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    print(json.dumps(top))
 
 
 if __name__ == "__main__":
