@@ -27,7 +27,6 @@ from experts.expert import Expert
 from experts.mixture import Mixture, Weights, next_token_losses
 from experts.trunk import Trunk
 
-
 PAD_RATIO = 1.25
 
 
