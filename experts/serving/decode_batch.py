@@ -163,7 +163,9 @@ class DecodeBatch:
         """Prefill ``job``'s prompt alone; it joins the batch unless its first token ends it."""
         model = self.trunk.model
         with torch.no_grad(), Mixture(self.trunk, job.experts).routing([job.weights]):
-            out = model(input_ids=job.input_ids, use_cache=True)
+            # the last position's logits only: the LM head over every prompt position was
+            # ~40 % of a prefill of the bundled trunk
+            out = model(input_ids=job.input_ids, use_cache=True, logits_to_keep=1)
         self.joined += 1
         if job.decoding.step(out.logits[0, -1]):
             job.done.set()

@@ -140,7 +140,9 @@ def alone(
     past, step_input = None, input_ids
     with torch.no_grad(), Mixture(server.trunk, table).routing([weights]):
         while True:
-            out = model(input_ids=step_input, past_key_values=past, use_cache=True)
+            out = model(
+                input_ids=step_input, past_key_values=past, use_cache=True, logits_to_keep=1
+            )
             past = out.past_key_values
             if decoding.step(out.logits[0, -1]):
                 return
