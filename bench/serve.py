@@ -95,9 +95,11 @@ def _centroid(embedder, domain: str) -> list[float]:
     return (c / np.linalg.norm(c)).tolist()
 
 
-def _domain_table(embedder, domains: list[str]):
+def _domain_table(embedder, domains: list[str], docs=None):
     """The domain table discover would promote: each domain's centroid and thresholds by the
-    router's rule (router/discover.py), from 80 of its documents."""
+    router's rule (router/discover.py), from 80 of its documents (``docs(domain, count)``;
+    default: the bundled corpus)."""
+    docs = docs or _domain_docs
     from router.config import RouterConfig
     from router.records import DomainRecord
     from router.table import DomainTable
@@ -105,7 +107,7 @@ def _domain_table(embedder, domains: list[str]):
     config = RouterConfig()
     table = DomainTable()
     for domain in domains:
-        vectors = embedder.embed(_domain_docs(domain, 80))  # (80, dim)
+        vectors = embedder.embed(docs(domain, 80))  # (80, dim)
         centroid = vectors.mean(axis=0)
         centroid /= np.linalg.norm(centroid)
         sims = (vectors @ centroid).astype(np.float64)  # (80,)

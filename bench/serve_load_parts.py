@@ -81,24 +81,11 @@ def centroid(embedder, domain: str) -> list[float]:
 
 
 def domain_table(embedder, domains: list[str]):
-    """The domain table discover would promote (bench/serve.py's rule), 80 documents each."""
-    from router.config import RouterConfig
-    from router.records import DomainRecord
-    from router.table import DomainTable
+    """The domain table discover would promote (bench/serve.py's rule), 80 documents each,
+    from the bundled corpus or data/corpus_many."""
+    from bench.serve import _domain_table
 
-    config = RouterConfig()
-    table = DomainTable()
-    for domain in domains:
-        vectors = embedder.embed(domain_docs(domain, 80))  # (80, dim)
-        center = vectors.mean(axis=0)
-        center /= np.linalg.norm(center)
-        sims = (vectors @ center).astype(np.float64)  # (80,)
-        threshold = min(
-            float(np.quantile(sims, config.threshold_quantile)),
-            float(sims.mean() - config.threshold_std * sims.std()),
-        )
-        table.apply(DomainRecord(domain, center.tolist(), threshold, 80, float(sims.mean())))
-    return table
+    return _domain_table(embedder, domains, domain_docs)
 
 
 def routable_texts(
