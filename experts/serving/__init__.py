@@ -115,7 +115,6 @@ class ExpertServer:
         self.max_new_tokens = max_new_tokens
         self.likelihood = likelihood
         self.registry = ExpertRegistry(trunk, store, embedder)
-        self.batching = batching
         self.score_batcher = None if batching is None else batching.score_batcher(trunk)
         self.decoder = None if batching is None else DecodeBatch(trunk, batching.max_rows)
         self.refusals = self.registry.refusals

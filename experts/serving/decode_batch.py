@@ -98,8 +98,6 @@ class DecodeBatch:
         self.trunk = trunk
         self.max_rows = int(max_rows)
         self.steps = 0
-        self.rows_stepped = 0
-        self.joined = 0
         self.cancelled = 0
         self.changed = threading.Condition()  # notified whenever rows leave
         self._waiting: queue.Queue[_Job] = queue.Queue()
@@ -142,7 +140,11 @@ class DecodeBatch:
                     job = self._waiting.get(block=not self._rows)
                 except queue.Empty:
                     break
-                self._guarded(self._join, job)
+                try:
+                    self._join(job)
+                except Exception as exc:  # noqa: BLE001 - the job's own failure
+                    job.error = exc
+                    job.done.set()
             if self._rows:
                 try:
                     self._step()
@@ -152,13 +154,6 @@ class DecodeBatch:
                         row.job.error = exc
                     self._leave(list(range(len(self._rows))))
 
-    def _guarded(self, fn, job: _Job) -> None:
-        try:
-            fn(job)
-        except Exception as exc:  # noqa: BLE001 - the job's own failure
-            job.error = exc
-            job.done.set()
-
     def _join(self, job: _Job) -> None:
         """Prefill ``job``'s prompt alone; it joins the batch unless its first token ends it."""
         model = self.trunk.model
@@ -166,7 +161,6 @@ class DecodeBatch:
             # the last position's logits only: the LM head over every prompt position was
             # ~40 % of a prefill of the bundled trunk
             out = model(input_ids=job.input_ids, use_cache=True, logits_to_keep=1)
-        self.joined += 1
         if job.decoding.step(out.logits[0, -1]):
             job.done.set()
             return
@@ -208,7 +202,6 @@ class DecodeBatch:
             ).logits  # (B, 1, V)
         self._mask = mask
         self.steps += 1
-        self.rows_stepped += len(rows)
         finished = []
         for b, row in enumerate(rows):
             row.position += 1

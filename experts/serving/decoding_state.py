@@ -11,12 +11,13 @@ from typing import Any
 import torch
 
 from experts.decoding import Continuation, pieces
-from experts.sampling import Sampling, next_token
+from experts.sampling import Sampling, choose, generator_of
 from experts.serving.scoring import top
 
 
 class Decoding:
-    """Feed it each step's logits with :meth:`step`; it says when the completion ended."""
+    """Feed it each step's logits with :meth:`step` (or a token chosen elsewhere with
+    :meth:`take`); it says when the completion ended."""
 
     def __init__(
         self,
@@ -35,17 +36,17 @@ class Decoding:
         self.top_logprobs = top_logprobs
         self.on_text = on_text
         self.continuation = Continuation(tokenizer, stop)
-        self.generator = None if sampling is None else torch.Generator().manual_seed(sampling.seed)
+        self.generator = generator_of(sampling)
         self.scored: list[tuple[float, dict[str, float]]] = []  # per token: its, the top k
         self.finish: str | None = None  # None while it runs
         self.last_token: int | None = None
 
     def step(self, logits: torch.Tensor) -> bool:
         """Choose the next token from ``logits (V,)`` and take it; True when finished."""
-        if self.sampling is None:
-            token = int(logits.argmax())
-        else:
-            token = next_token(logits, self.sampling, self.generator)
+        return self.take(choose(logits, self.sampling, self.generator), logits)
+
+    def take(self, token: int, logits: torch.Tensor) -> bool:
+        """Take ``token``, chosen from ``logits (V,)``; True when finished."""
         self.last_token = token
         if self.top_logprobs is not None:
             log_probs = torch.log_softmax(logits.float(), dim=-1)  # (V,)
@@ -60,11 +61,6 @@ class Decoding:
         elif len(self.continuation.ids) >= self.max_new_tokens:
             self.finish = "length"
         return self.finish is not None
-
-    def cancel(self) -> None:
-        """End it now (the client left or the server stops)."""
-        if self.finish is None:
-            self.finish = "cancelled"
 
     def result(self) -> dict[str, Any]:
         """The answer's text, finish reason, new token count and per-token log-probabilities

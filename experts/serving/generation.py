@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from experts.mixture import Mixture
-from experts.sampling import Sampling, sample, stop_ids_of
+from experts.sampling import Sampling, sample, steps, stop_ids_of
 from experts.serving.decoding_state import Decoding
 from experts.serving.request import RequestError, encode, with_table
 from experts.serving.routing import weights as routed_weights
@@ -34,13 +34,13 @@ def generate(
     def work(table: ExpertTable) -> dict[str, Any]:
         with server.routing_request():
             weights, routing = routed_weights(server, text, table, expert_weights)
-        mixture = Mixture(server.trunk, table)
         if server.decoder is not None:
             end_ids = set(stop_ids_of(server.trunk.model))
             decoding = Decoding(tokenizer, max_new_tokens, sampling, end_ids)
             server.decoder.run(input_ids, weights, experts_of(table, [weights]), decoding)
             new = decoding.continuation.ids
         else:
+            mixture = Mixture(server.trunk, table)
             new = alone_generate(mixture, weights, input_ids, max_new_tokens, sampling)
         return {
             "experts": weights,
@@ -135,17 +135,10 @@ def alone(
     decoding: Decoding,
 ) -> None:
     """Decode ``input_ids (1, T)`` by itself with its key/value cache (the path without
-    batching)."""
+    batching): :func:`experts.sampling.steps` chooses each token as ``decoding`` would."""
     model = server.trunk.model
-    past, step_input = None, input_ids
+    budget = decoding.max_new_tokens
     with torch.no_grad(), Mixture(server.trunk, table).routing([weights]):
-        while True:
-            out = model(
-                input_ids=step_input, past_key_values=past, use_cache=True, logits_to_keep=1
-            )
-            past = out.past_key_values
-            if decoding.step(out.logits[0, -1]):
+        for token, logits in steps(model, input_ids, budget, decoding.sampling):
+            if decoding.take(token, logits):
                 return
-            step_input = torch.tensor(
-                [[decoding.last_token]], dtype=torch.long, device=input_ids.device
-            )

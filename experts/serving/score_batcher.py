@@ -58,7 +58,6 @@ class ScoreBatcher:
         self.window_s = float(window_s)
         self.max_rows = int(max_rows)
         self.forwards = 0
-        self.rows = 0
         self._queue: queue.Queue[_Submission] = queue.Queue()
         self._callers = 0
         self._lock = threading.Lock()
@@ -173,7 +172,6 @@ class ScoreBatcher:
             )  # (B, T, V)
             losses, _ = next_token_losses(logits, ids, mask if padded else None)  # (B, T-1)
         self.forwards += 1
-        self.rows += total
         at = 0
         for submission, length in zip(batch, lengths, strict=True):
             n = submission.input_ids.shape[0]
