@@ -12,6 +12,11 @@ An expert's parts meet the trunk at three kinds of site, each scaled by the row'
 * ``("mlp_tokens", l)``: a token-embedding delta is added to block ``l``'s MLP output;
 * ``("output", -1)``: an output delta is added to the logits.
 
+Where two or more experts have adapters at one layer, the plan also holds them stacked
+(``("mlp_stack", l)``, :mod:`experts.adapter_stack`): a forward of one token per row (a
+decode step of the running batch) applies them with one pair of products instead of one
+pair per expert.
+
 Mechanics: hooks on every trunk MLP, block and on the output layer (installed once per
 trunk, shared by every :class:`Mixture` on it) read the routing *plan* of the forward in
 progress from a slot on the trunk; a hook on the input embedding records the forward's
@@ -39,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from experts.adapter_stack import AdapterStack, apply_stack, stack_of
 from experts.expert import Expert
 from experts.trunk import Trunk
 
@@ -47,7 +53,7 @@ log = logging.getLogger(__name__)
 Weights = list[dict[str, float]]
 
 
-Site = tuple[str, int]  # ("mlp" | "tokens" | "mlp_tokens", layer) | ("output", -1)
+Site = tuple[str, int]  # ("mlp" | "mlp_stack" | "tokens" | "mlp_tokens", layer) | ("output", -1)
 OUTPUT: Site = ("output", -1)
 
 
@@ -56,6 +62,12 @@ class _Route:
     module: nn.Module  # the expert's part at this site
     rows: torch.Tensor | None  # (n,) batch rows using this expert; None: every row
     scale: torch.Tensor | None  # (n, 1, 1) weights of those rows; None: all exactly 1.0
+
+
+@dataclass(frozen=True)
+class _Stacked:
+    stack: AdapterStack  # the adapters of E experts at one layer
+    row_weights: torch.Tensor  # (B, E) each row's weight of each (0: not used)
 
 
 def _apply(routes: list[_Route], source: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -85,7 +97,7 @@ class _TrunkHooks:
 
     def __init__(self, trunk: Trunk) -> None:
         self.lock = threading.RLock()
-        self.plan: dict[Site, list[_Route]] | None = None  # None: trunk only
+        self.plan: dict[Site, list[_Route] | _Stacked] | None = None  # None: trunk only
         self.input_ids: torch.Tensor | None = None  # (B, T) of the forward in progress
         model = trunk.model
         self.handles = [
@@ -119,7 +131,12 @@ class _TrunkHooks:
             if not plan:
                 return None
             adapters, tokens = plan.get(("mlp", layer)), plan.get(("mlp_tokens", layer))
-            if adapters:
+            stacked = plan.get(("mlp_stack", layer))
+            if stacked and inputs[0].shape[1] == 1:  # one token per row: see the module doc
+                delta = apply_stack(stacked.stack, stacked.row_weights, inputs[0])  # (B, 1, d)
+                delta = delta.to(output.dtype)
+                output = output.add_(delta) if not torch.is_grad_enabled() else output + delta
+            elif adapters:
                 output = _apply(adapters, inputs[0], output)  # (B, T, d)
             if tokens:
                 output = _apply(tokens, self._ids(), output)  # (B, T, d)
@@ -196,7 +213,9 @@ class Mixture:
         self.experts = experts
         self._hooks = _hooks(trunk)
 
-    def plan(self, weights: Weights, batch: int, device: torch.device) -> dict[Site, list[_Route]]:
+    def plan(
+        self, weights: Weights, batch: int, device: torch.device
+    ) -> dict[Site, list[_Route] | _Stacked]:
         """Turn per-sequence weights into per-site routes (experts in sorted id order).
 
         Raises
@@ -233,7 +252,26 @@ class Mixture:
                 ).view(-1, 1, 1)
             for site, part in expert_sites(expert):
                 plan.setdefault(site, []).append(_Route(part, index, scale))
+        self._stack(plan, sorted(rows), weights, device)
         return plan
+
+    def _stack(
+        self, plan: dict, expert_ids: list[str], weights: Weights, device: torch.device
+    ) -> None:
+        """Add each layer's stacked adapters to ``plan`` where two or more experts have one
+        there (the experts in ``expert_ids`` order, as their routes are)."""
+        if len(expert_ids) < 2:
+            return
+        for layer in range(self.trunk.num_layers):
+            users = [e for e in expert_ids if layer in self.experts[e].config.layers]
+            stack = stack_of([self.experts[e].adapter(layer) for e in users])
+            if stack is None:
+                continue
+            row_weights = torch.tensor(
+                [[float(mapping.get(e, 0.0)) for e in users] for mapping in weights],
+                device=device,
+            )  # (B, E)
+            plan[("mlp_stack", layer)] = _Stacked(stack, row_weights)
 
     @contextlib.contextmanager
     def routing(self, weights: Weights, batch: int | None = None) -> Iterator[None]:

@@ -56,6 +56,32 @@ def test_rows_route_independently_in_a_mixed_batch(trunk) -> None:
     assert torch.equal(trunk_after, baseline)  # no routing leaks outside a mixture forward
 
 
+def test_one_token_forward_with_stacked_adapters_matches_per_expert_routes(trunk) -> None:
+    """A one-token forward runs several experts' adapters as one stack
+    (experts.adapter_stack); the first position of a two-token forward, which takes each
+    expert's own route, is the same function."""
+    ids, mask = _batch(trunk, TEXTS + ["Article 5. The parties agree"])
+    ids = ids[:, :2]
+    configs = {"a": ((0, 1), 4), "b": ((1,), 4), "c": ((0, 1), 4)}
+    experts = {
+        name: randomize(
+            Expert(ExpertConfig(kind="adapter", layers=layers, rank=rank), trunk.hidden_size),
+            seed=seed,
+        )
+        for seed, (name, (layers, rank)) in enumerate(configs.items(), start=1)
+    }
+    mixture = Mixture(trunk, experts)
+    weights = [{"a": 1.0}, {}, {"a": 0.5, "b": 0.5}, {"c": 1.0}]
+    assert ("mlp_stack", 1) in mixture.plan(weights, len(weights), trunk.device)
+    with torch.no_grad():
+        stacked = mixture.forward(ids[:, :1], weights=weights)[:, 0]  # (B, V)
+        routes = mixture.forward(ids, weights=weights)[:, 0]  # (B, V)
+        trunk_only = trunk.model(input_ids=ids[:, :1]).logits[:, 0]
+    torch.testing.assert_close(stacked, routes, rtol=1e-5, atol=1e-5)
+    assert torch.equal(stacked[1], trunk_only[1])  # a row without experts gets exactly 0
+    assert not torch.allclose(stacked[0], trunk_only[0])
+
+
 def test_bad_weights_are_refused(gpt2_trunk) -> None:
     ids, mask = _batch(gpt2_trunk, TEXTS[:2])
     mixture = Mixture(gpt2_trunk, {})

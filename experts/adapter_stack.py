@@ -1,0 +1,106 @@
+"""Several experts' adapters at one site as one pair of matrix products.
+
+A decode step of the running batch carries one token per row, and its rows are routed to
+many experts: applying each expert to its own rows costs two small products and a gather
+and a scatter per expert and layer, which at ten experts took more of a step than the
+trunk. For one token per row it is cheaper to run every row through all the experts of
+the step at once, ``x (B, 1, d) -> (B, 1, E*r)``, zero each row's hidden units of the
+experts it does not use (the row's weight for the ones it does), and map back with one
+product ``(B, 1, E*r) -> (B, 1, d)``. For a prompt of many tokens that would be ``E``
+times the adapters' work, so the mixture uses it for one-token forwards only.
+
+The stacked weights of a set of adapters are built once and kept (the most recently used
+sets, up to ``KEPT_BYTES``; the key holds the adapters themselves, so an id is never
+reused for another).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from experts.expert import Adapter
+
+KEPT_BYTES = 256 * 2**20  # stacked weights kept, in all (the least recently used go first)
+
+
+@dataclass(frozen=True)
+class AdapterStack:
+    """The adapters of ``E`` experts, rank ``r`` each, stacked (their own dtype)."""
+
+    down_weight: torch.Tensor  # (E*r, d)
+    down_bias: torch.Tensor  # (E*r,)
+    up_weight: torch.Tensor  # (d, E*r)
+    up_bias: torch.Tensor  # (E, d)
+    act: nn.Module
+    rank: int
+
+    @property
+    def nbytes(self) -> int:
+        parts = (self.down_weight, self.down_bias, self.up_weight, self.up_bias)
+        return sum(t.numel() * t.element_size() for t in parts)
+
+
+_kept: OrderedDict[tuple[nn.Module, ...], AdapterStack | None] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def _stackable(adapters: tuple[nn.Module, ...]) -> bool:
+    """Can ``adapters`` run as one stack (two or more of one shape, activation and dtype)?"""
+    if len(adapters) < 2 or not all(type(a) is Adapter for a in adapters):
+        return False
+    first = adapters[0]
+    return all(
+        a.down.out_features == first.down.out_features
+        and a.down.in_features == first.down.in_features
+        and type(a.act) is type(first.act)
+        and a.down.weight.dtype == first.down.weight.dtype
+        for a in adapters
+    )
+
+
+def stack_of(adapters: list[nn.Module]) -> AdapterStack | None:
+    """The stacked weights of ``adapters``, built once per set; None when they cannot be
+    stacked (fewer than two, or of different shapes, activations or dtypes)."""
+    key = tuple(adapters)
+    with _kept_lock:
+        if key in _kept:
+            _kept.move_to_end(key)
+            return _kept[key]
+    if not _stackable(key):
+        stack = None
+    else:
+        stack = _stacked(key)
+    with _kept_lock:
+        _kept[key] = stack
+        while len(_kept) > 1 and sum(s.nbytes for s in _kept.values() if s) > KEPT_BYTES:
+            _kept.popitem(last=False)
+    return stack
+
+
+def _stacked(adapters: tuple[Adapter, ...]) -> AdapterStack:
+    with torch.no_grad():
+        return AdapterStack(
+            down_weight=torch.cat([a.down.weight for a in adapters]),
+            down_bias=torch.cat([a.down.bias for a in adapters]),
+            up_weight=torch.cat([a.up.weight for a in adapters], dim=1),
+            up_bias=torch.stack([a.up.bias for a in adapters]),
+            act=adapters[0].act,
+            rank=adapters[0].down.out_features,
+        )
+
+
+def apply_stack(stack: AdapterStack, row_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``sum_e row_weights[b, e] * adapter_e(x[b])``: ``x (B, T, d)``, ``row_weights (B, E)``
+    (0 where a row does not use an expert) -> ``(B, T, d)``."""
+    xs = x.to(stack.down_weight.dtype)
+    hidden = stack.act(F.linear(xs, stack.down_weight, stack.down_bias))  # (B, T, E*r)
+    gate = row_weights.to(hidden.dtype).repeat_interleave(stack.rank, dim=1)  # (B, E*r)
+    hidden = hidden * gate[:, None, :]
+    bias = row_weights.to(hidden.dtype) @ stack.up_bias  # (B, d)
+    return F.linear(hidden, stack.up_weight) + bias[:, None, :]  # (B, T, d)
