@@ -37,6 +37,32 @@ def decode(tokenizer: Any, ids: Sequence[int]) -> str:
 
 def pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """Each token's piece of ``decode(ids)`` (they join to it)."""
+    ids = list(ids)
+    fast = _pieces_in_windows(tokenizer, ids)
+    if "".join(fast) == decode(tokenizer, ids):
+        return fast
+    return _pieces_of_prefixes(tokenizer, ids)  # a tokenizer whose clean-up needs more context
+
+
+def _pieces_in_windows(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Pieces from short windows: the tokens since the last whole piece, behind one token
+    of context (a tokenizer may drop the leading space of a text's first token). Two
+    decodes of a few tokens each per token, where decoding every prefix costs O(T**2)."""
+    out: list[str] = []
+    start = 0  # the first token whose text is not in ``out`` yet
+    for i in range(len(ids)):
+        context = max(0, start - 1)
+        head = decode(tokenizer, ids[context:start])
+        text = decode(tokenizer, ids[context : i + 1])
+        if (text.endswith(UNFINISHED) and i + 1 < len(ids)) or not text.startswith(head):
+            out.append("")  # an unfinished character: it comes with a later token
+            continue
+        out.append(text[len(head) :])
+        start = i + 1
+    return out
+
+
+def _pieces_of_prefixes(tokenizer: Any, ids: list[int]) -> list[str]:
     out: list[str] = []
     done = ""
     for i in range(len(ids)):

@@ -39,8 +39,8 @@ def score(
             weights, routing = routed_weights(server, text, table, expert_weights, explain, domain)
             rows = [weights, {}] if explain and weights else [weights]
             batch = input_ids.expand(len(rows), -1)  # (R, T)
-            losses, logits = forward(server, table, batch, rows, top_logprobs is not None)
-        token_losses = [float(v) for v in losses[0]]
+            losses, logits = forward(server, table, batch, rows, bool(top_logprobs))
+        token_losses = losses[0].tolist()
         mean = sum(token_losses) / len(token_losses)
         if explain:
             trunk_mean = float(losses[-1].mean())
@@ -62,8 +62,12 @@ def score(
         }
         if top_logprobs is not None:
             result["pieces"] = pieces(trunk.tokenizer, input_ids[0].tolist())
-            log_probs = torch.log_softmax(logits[0, :-1].float(), dim=-1)  # (T-1, V)
-            result["top_logprobs"] = [top(trunk.tokenizer, row, top_logprobs) for row in log_probs]
+            if top_logprobs > 0:
+                log_probs = torch.log_softmax(logits[0, :-1].float(), dim=-1)  # (T-1, V)
+                top_k = [top(trunk.tokenizer, row, top_logprobs) for row in log_probs]
+            else:  # no alternatives asked for: the logits are not even kept
+                top_k = [{} for _ in token_losses]
+            result["top_logprobs"] = top_k
         return result
 
     return with_table(server, work)

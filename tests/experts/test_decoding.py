@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experts.decoding import Continuation, decode, pieces
+from experts.decoding import Continuation, _pieces_of_prefixes, decode, pieces
 
 TEXTS = ["def add(a, b):\n    return a + b", "héllo wörld ✓ 日本語 🙂 end", "  two  spaces\n\n"]
 
@@ -16,6 +16,13 @@ def test_pieces_join_to_the_decoded_text(trunk, text: str) -> None:
     got = pieces(tokenizer, ids)
     assert len(got) == len(ids) and "".join(got) == decode(tokenizer, ids)
     assert "\ufffd" not in "".join(got)
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_pieces_from_short_windows_are_the_pieces_of_every_prefix(trunk, text: str) -> None:
+    tokenizer = trunk.tokenizer
+    ids = tokenizer(text * 3)["input_ids"]
+    assert pieces(tokenizer, ids) == _pieces_of_prefixes(tokenizer, ids)
 
 
 @pytest.mark.parametrize("text", TEXTS)

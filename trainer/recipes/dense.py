@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from experts.mixture import next_token_losses
 from trainer.data import BatchStream, eos_id, pack, tokenize
 from trainer.optim import state_bytes
 from trainer.precision import autocast_for
@@ -100,9 +100,7 @@ def sequence_losses(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Next-token losses ``(B, T-1)`` (masked) and the mask ``(B, T-1)`` of a plain causal LM."""
     logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits  # (B, T, V)
-    losses = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), ids[:, 1:], reduction="none")
-    valid = (mask[:, 1:] * mask[:, :-1]).to(losses.dtype)  # (B, T-1)
-    return losses * valid, valid
+    return next_token_losses(logits, ids, mask)
 
 
 def dense_finetune(
