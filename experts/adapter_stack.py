@@ -95,12 +95,25 @@ def _stacked(adapters: tuple[Adapter, ...]) -> AdapterStack:
         )
 
 
-def apply_stack(stack: AdapterStack, row_weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``sum_e row_weights[b, e] * adapter_e(x[b])``: ``x (B, T, d)``, ``row_weights (B, E)``
-    (0 where a row does not use an expert) -> ``(B, T, d)``."""
+@dataclass(frozen=True)
+class StackedRows:
+    """One forward's rows over a stack: what each row takes of each expert."""
+
+    stack: AdapterStack
+    gate: torch.Tensor  # (B, 1, E*r) each row's weight of each expert, per hidden unit
+    bias: torch.Tensor  # (B, 1, d) the rows' weighted sums of the experts' output biases
+
+
+def rows_of(stack: AdapterStack, row_weights: torch.Tensor) -> StackedRows:
+    """``row_weights (B, E)`` (0 where a row does not use an expert) over ``stack``."""
+    weights = row_weights.to(stack.up_weight.dtype)
+    gate = weights.repeat_interleave(stack.rank, dim=1)[:, None, :]  # (B, 1, E*r)
+    return StackedRows(stack, gate, (weights @ stack.up_bias)[:, None, :])
+
+
+def apply_stack(rows: StackedRows, x: torch.Tensor) -> torch.Tensor:
+    """``sum_e row_weights[b, e] * adapter_e(x[b])``: ``x (B, T, d)`` -> ``(B, T, d)``."""
+    stack = rows.stack
     xs = x.to(stack.down_weight.dtype)
     hidden = stack.act(F.linear(xs, stack.down_weight, stack.down_bias))  # (B, T, E*r)
-    gate = row_weights.to(hidden.dtype).repeat_interleave(stack.rank, dim=1)  # (B, E*r)
-    hidden = hidden * gate[:, None, :]
-    bias = row_weights.to(hidden.dtype) @ stack.up_bias  # (B, d)
-    return F.linear(hidden, stack.up_weight) + bias[:, None, :]  # (B, T, d)
+    return F.linear(hidden * rows.gate, stack.up_weight) + rows.bias  # (B, T, d)

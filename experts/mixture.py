@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from experts.adapter_stack import AdapterStack, apply_stack, stack_of
+from experts.adapter_stack import StackedRows, apply_stack, rows_of, stack_of
 from experts.expert import Expert
 from experts.trunk import Trunk
 
@@ -64,12 +64,6 @@ class _Route:
     module: nn.Module  # the expert's part at this site
     rows: torch.Tensor | None  # (n,) batch rows using this expert; None: every row
     scale: torch.Tensor | None  # (n, 1, 1) weights of those rows; None: all exactly 1.0
-
-
-@dataclass(frozen=True)
-class _Stacked:
-    stack: AdapterStack  # the adapters of E experts at one layer
-    row_weights: torch.Tensor  # (B, E) each row's weight of each (0: not used)
 
 
 def _apply(routes: list[_Route], source: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -99,7 +93,7 @@ class _TrunkHooks:
 
     def __init__(self, trunk: Trunk) -> None:
         self.lock = threading.RLock()
-        self.plan: dict[Site, list[_Route] | _Stacked] | None = None  # None: trunk only
+        self.plan: dict[Site, list[_Route] | StackedRows] | None = None  # None: trunk only
         self.input_ids: torch.Tensor | None = None  # (B, T) of the forward in progress
         model = trunk.model
         self.handles = [
@@ -135,7 +129,7 @@ class _TrunkHooks:
             adapters, tokens = plan.get(("mlp", layer)), plan.get(("mlp_tokens", layer))
             stacked = plan.get(("mlp_stack", layer))
             if stacked and inputs[0].shape[1] == 1:  # one token per row: see the module doc
-                delta = apply_stack(stacked.stack, stacked.row_weights, inputs[0])  # (B, 1, d)
+                delta = apply_stack(stacked, inputs[0])  # (B, 1, d)
                 delta = delta.to(output.dtype)
                 output = output.add_(delta) if not torch.is_grad_enabled() else output + delta
             elif adapters:
@@ -217,7 +211,7 @@ class Mixture:
 
     def plan(
         self, weights: Weights, batch: int, device: torch.device
-    ) -> dict[Site, list[_Route] | _Stacked]:
+    ) -> dict[Site, list[_Route] | StackedRows]:
         """Turn per-sequence weights into per-site routes (experts in sorted id order).
 
         Raises
@@ -273,7 +267,7 @@ class Mixture:
                 [[float(mapping.get(e, 0.0)) for e in users] for mapping in weights],
                 device=device,
             )  # (B, E)
-            plan[("mlp_stack", layer)] = _Stacked(stack, row_weights)
+            plan[("mlp_stack", layer)] = rows_of(stack, row_weights)
 
     @contextlib.contextmanager
     def routing(self, weights: Weights, batch: int | None = None) -> Iterator[None]:

@@ -135,16 +135,15 @@ class DecodeBatch:
 
     def _loop(self) -> None:
         while True:
-            while len(self._rows) < self.max_rows:
+            jobs: list[_Job] = []
+            while len(self._rows) + len(jobs) < self.max_rows:
                 try:
-                    job = self._waiting.get(block=not self._rows)
+                    job = self._waiting.get(block=not self._rows and not jobs)
                 except queue.Empty:
                     break
-                try:
-                    self._join(job)
-                except Exception as exc:  # noqa: BLE001 - the job's own failure
-                    job.error = exc
-                    job.done.set()
+                jobs.append(job)
+            if jobs:
+                self._join(jobs)
             if self._rows:
                 try:
                     self._step()
@@ -154,23 +153,74 @@ class DecodeBatch:
                         row.job.error = exc
                     self._leave(list(range(len(self._rows))))
 
-    def _join(self, job: _Job) -> None:
-        """Prefill ``job``'s prompt alone; it joins the batch unless its first token ends it."""
-        model = self.trunk.model
-        with torch.no_grad(), Mixture(self.trunk, job.experts).routing([job.weights]):
-            # the last position's logits only: the LM head over every prompt position was
-            # ~40 % of a prefill of the bundled trunk
-            out = model(input_ids=job.input_ids, use_cache=True, logits_to_keep=1)
-        if job.decoding.step(out.logits[0, -1]):
-            job.done.set()
+    def _join(self, jobs: list[_Job]) -> None:
+        """Prefill the prompts of ``jobs`` together; each joins the batch unless its first
+        token ends it. A prefill that fails is run again job by job, so one bad job fails
+        only itself."""
+        try:
+            logits, kv, mask = self._prefill(jobs)  # (n, V), per layer (n, H, W, D), (n, W)
+        except Exception as exc:  # noqa: BLE001 - the jobs' own failure
+            if len(jobs) > 1:
+                for job in jobs:
+                    self._join([job])
+                return
+            jobs[0].error = exc
+            jobs[0].done.set()
             return
-        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]  # (1,H,T,D)
-        length = job.input_ids.shape[1]
-        mask = torch.ones((1, length), dtype=torch.long, device=self.trunk.device)
+        joining = []
+        for i, job in enumerate(jobs):
+            try:
+                finished = job.decoding.step(logits[i])
+            except Exception as exc:  # noqa: BLE001 - this job's own failure (its on_text)
+                job.error, finished = exc, True
+            if finished:
+                job.done.set()
+            else:
+                joining.append(i)
+        if joining:
+            self._merge([jobs[i] for i in joining], kv, mask, joining)
+
+    def _prefill(self, jobs: list[_Job]) -> tuple[torch.Tensor, KV, torch.Tensor]:
+        """One forward of the prompts, left-padded to the longest (positions per row, as
+        the batch's cache is laid out); the last position's logits only (the LM head over
+        every prompt position was ~40 % of a prefill of the bundled trunk)."""
+        device = self.trunk.device
+        lengths = [job.input_ids.shape[1] for job in jobs]
+        width = max(lengths)
+        pad = self.trunk.tokenizer.pad_token_id or 0
+        ids = torch.full((len(jobs), width), pad, dtype=torch.long, device=device)  # (n, W)
+        mask = torch.zeros((len(jobs), width), dtype=torch.long, device=device)  # (n, W)
+        for i, (job, length) in enumerate(zip(jobs, lengths, strict=True)):
+            ids[i, width - length :] = job.input_ids[0]
+            mask[i, width - length :] = 1
+        padded = min(lengths) < width
+        experts: dict[str, Expert] = {}
+        for job in jobs:
+            experts.update(job.experts)
+        with torch.no_grad(), Mixture(self.trunk, experts).routing([j.weights for j in jobs]):
+            out = self.trunk.model(
+                input_ids=ids,
+                attention_mask=mask if padded else None,
+                position_ids=(mask.cumsum(1) - 1).clamp_min(0) if padded else None,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        if padded:  # the padding's keys and values: zeros, as the batch's own padding
+            empty = (mask == 0)[:, None, :, None]  # (n, 1, W, 1)
+            kv = [(k.masked_fill(empty, 0.0), v.masked_fill(empty, 0.0)) for k, v in kv]
+        return out.logits[:, -1], kv, mask
+
+    def _merge(self, jobs: list[_Job], kv: KV, mask: torch.Tensor, rows: list[int]) -> None:
+        """Rows ``rows`` of a prefill's ``kv`` and ``mask`` join the batch's cache."""
+        if len(rows) < mask.shape[0]:
+            index = torch.tensor(rows, device=self.trunk.device)
+            kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in kv]
+            mask = mask.index_select(0, index)
         if self._cache is None:
             self._cache, self._mask = _BatchCache(kv), mask
         else:
-            width = max(self._mask.shape[1], length)
+            width = max(self._mask.shape[1], mask.shape[1])
             self._cache = _BatchCache(
                 [
                     (
@@ -181,7 +231,7 @@ class DecodeBatch:
                 ]
             )
             self._mask = torch.cat([_left_pad(self._mask, width), _left_pad(mask, width)])
-        self._rows.append(_Row(job, length))
+        self._rows.extend(_Row(job, job.input_ids.shape[1]) for job in jobs)
 
     def _step(self) -> None:
         rows = self._rows

@@ -145,3 +145,29 @@ def test_generate_in_the_batch_gives_what_it_gives_alone(servers) -> None:
             want["continuation"],
             want["new_tokens"],
         )
+
+
+def test_prompts_prefilled_together_match_each_prefilled_alone(trunk) -> None:
+    """Jobs waiting together are prefilled in one left-padded forward (positions per row);
+    each row's next-token logits and its cache at its real positions are its own."""
+    from experts.serving.decode_batch import DecodeBatch, _Job
+    from experts.serving.decoding_state import Decoding
+
+    batch = DecodeBatch(trunk)
+    prompts = [TEXTS[0][:40], TEXTS[4][:300], TEXTS[8][:120]]
+
+    def job(text: str) -> _Job:
+        ids = trunk.tokenizer(text, return_tensors="pt")["input_ids"]
+        return _Job(ids, {}, {}, Decoding(trunk.tokenizer, 4, None, set()))
+
+    together, kv, mask = batch._prefill([job(p) for p in prompts])
+    assert int(mask.sum(1).min()) < mask.shape[1]  # the prompts did need padding
+    for i, text in enumerate(prompts):
+        alone, alone_kv, _ = batch._prefill([job(text)])
+        assert torch.isfinite(together[i]).all()
+        assert float((together[i] - alone[0]).abs().max()) < TOLERANCE
+        n = int(mask[i].sum())
+        for (k, v), (ak, av) in zip(kv, alone_kv, strict=True):
+            assert float((k[i, :, -n:] - ak[0]).abs().max()) < TOLERANCE
+            assert float((v[i, :, -n:] - av[0]).abs().max()) < TOLERANCE
+            assert not k[i, :, :-n].any() and not v[i, :, :-n].any()  # padding: zeros
