@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +54,7 @@ Weights = list[dict[str, float]]
 
 
 IGNORED = -100  # F.cross_entropy's ignore_index: a position whose loss is 0
+LOSS_CHUNK_ROWS = 256  # (row, position) pairs through the output layer at once, chunked
 
 Site = tuple[str, int]  # ("mlp" | "mlp_stack" | "tokens" | "mlp_tokens", layer) | ("output", -1)
 OUTPUT: Site = ("output", -1)
@@ -319,6 +320,65 @@ class Mixture:
         """Next-token cross-entropy of every position: ``(B, T-1)`` losses and ``(B, T-1)`` mask."""
         logits = self.forward(input_ids, attention_mask, weights)  # (B, T, V)
         return next_token_losses(logits, input_ids, attention_mask)
+
+    def hidden(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        weights: Weights | None = None,
+    ) -> torch.Tensor:
+        """Final hidden states ``(B, T, d)`` (after the final norm: the output layer's
+        input) of the trunk with each sequence's experts mixed in."""
+        batch = input_ids.shape[0]
+        weights = [{} for _ in range(batch)] if weights is None else weights
+        with self.routing(weights, batch):
+            return self._body(input_ids, attention_mask)
+
+    def _body(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        body = self.trunk.model.base_model  # GPT-2: .transformer, Llama: .model
+        out = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return out.last_hidden_state  # (B, T, d)
+
+    def token_losses_chunked(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        weights: Weights,
+        keep_logits: Sequence[int] = (),
+        chunk: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`token_losses`' losses ``(B, T-1)`` (0 at padding) without the whole
+        ``(B, T, V)`` logits: the output layer runs ``chunk`` positions at a time (of every
+        row, so the output parts' rows stay those of the batch; by default
+        ``LOSS_CHUNK_ROWS // B``: a few MiB of logits, where a batch's whole logits, 134 MB
+        at 16 rows of the bundled trunk, made scoring memory-bound); the logits of the rows
+        ``keep_logits`` are kept, ``(k, T, V)`` (None when none are asked for)."""
+        batch, length = input_ids.shape
+        chunk = chunk or max(1, LOSS_CHUNK_ROWS // batch)
+        head = self.trunk.model.get_output_embeddings()
+        targets = input_ids.new_full((batch, length), IGNORED)  # (B, T) the next token
+        targets[:, :-1] = input_ids[:, 1:]
+        losses = torch.empty((batch, length), dtype=torch.float32, device=input_ids.device)
+        kept = None
+        keep = torch.tensor(list(keep_logits), dtype=torch.long, device=input_ids.device)
+        with self.routing(weights, batch):
+            hidden = self._body(input_ids, attention_mask)  # (B, T, d)
+            for start in range(0, length, chunk):
+                end = min(length, start + chunk)
+                logits = head(hidden[:, start:end])  # (B, c, V)
+                losses[:, start:end] = F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]).float(),
+                    targets[:, start:end].reshape(-1),
+                    reduction="none",
+                ).view(batch, end - start)
+                if keep.numel():
+                    if kept is None:
+                        kept = logits.new_empty((keep.numel(), length, logits.shape[-1]))
+                    kept[:, start:end] = logits.index_select(0, keep)
+        losses = losses[:, :-1]  # (B, T-1)
+        if attention_mask is not None:
+            losses = losses * (attention_mask[:, 1:] * attention_mask[:, :-1]).to(losses.dtype)
+        return losses, kept
 
     def loss(
         self,

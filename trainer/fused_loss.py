@@ -7,8 +7,8 @@ the gradient with respect to the hidden states is computed in the same pass (the
 layer is frozen, so that is the only gradient needed): ``dL/dh = (softmax - onehot) W``.
 Only one chunk of logits exists at any moment; nothing is recomputed.
 
-:func:`mixture_hidden` runs the trunk's body with the mixture's experts active and returns the
-final hidden states (after the final norm), the input to the output layer.
+:meth:`experts.mixture.Mixture.hidden` gives the input to the output layer (the final hidden
+states, with the mixture's experts active).
 """
 
 from __future__ import annotations
@@ -17,20 +17,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
-from experts.mixture import Mixture
-
-
-def mixture_hidden(
-    mixture: Mixture, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, weights: list
-) -> torch.Tensor:
-    """Final hidden states ``(B, T, d)`` of the trunk with each sequence's experts mixed in."""
-    body = (
-        mixture.trunk.model.base_model
-    )  # GPT-2: .transformer, Llama: .model (final norm included)
-    with mixture.routing(weights, input_ids.shape[0]):
-        out = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-    return out.last_hidden_state  # (B, T, d)
 
 
 def output_layer(model: nn.Module) -> nn.Linear:

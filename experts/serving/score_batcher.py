@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from experts.expert import Expert
-from experts.mixture import Mixture, Weights, next_token_losses
+from experts.mixture import Mixture, Weights
 from experts.trunk import Trunk
 
 PAD_RATIO = 1.25
@@ -166,18 +166,24 @@ class ScoreBatcher:
             experts.update(submission.experts)
             at += n
         padded = min(lengths) < longest
+        keep, at = [], 0  # the rows whose logits a request wants
+        for submission in batch:
+            n = submission.input_ids.shape[0]
+            if submission.want_logits:
+                keep.extend(range(at, at + n))
+            at += n
         with torch.no_grad():
-            logits = Mixture(self.trunk, experts).forward(
-                ids, mask if padded else None, weights
-            )  # (B, T, V)
-            losses, _ = next_token_losses(logits, ids, mask if padded else None)  # (B, T-1)
+            losses, kept = Mixture(self.trunk, experts).token_losses_chunked(
+                ids, mask if padded else None, weights, keep
+            )  # (B, T-1), (k, T, V)
         self.forwards += 1
-        at = 0
+        at = kept_at = 0
         for submission, length in zip(batch, lengths, strict=True):
             n = submission.input_ids.shape[0]
             submission.losses = losses[at : at + n, : length - 1]
             if submission.want_logits:
-                submission.logits = logits[at : at + n, :length]
+                submission.logits = kept[kept_at : kept_at + n, :length]
+                kept_at += n
             at += n
 
 

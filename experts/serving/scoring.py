@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from experts.decoding import UNFINISHED, decode, pieces
-from experts.mixture import Mixture, next_token_losses
+from experts.mixture import Mixture
 from experts.serving.request import RequestError, encode, with_table
 from experts.serving.routing import weights as routed_weights
 from experts.serving.score_batcher import experts_of
@@ -85,10 +85,9 @@ def forward(
     batches (:class:`experts.serving.score_batcher.ScoreBatcher`), else alone."""
     if server.score_batcher is not None:
         return server.score_batcher.token_losses(batch, rows, experts_of(table, rows), want_logits)
+    keep = range(len(rows)) if want_logits else ()
     with torch.no_grad():
-        logits = Mixture(server.trunk, table).forward(batch, None, rows)  # (R, T, V)
-        losses, _ = next_token_losses(logits, batch)
-    return losses, logits
+        return Mixture(server.trunk, table).token_losses_chunked(batch, None, rows, keep)
 
 
 def perplexity(mean_loss: float) -> float:

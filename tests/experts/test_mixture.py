@@ -82,6 +82,34 @@ def test_one_token_forward_with_stacked_adapters_matches_per_expert_routes(trunk
     assert not torch.allclose(stacked[0], trunk_only[0])
 
 
+def test_chunked_losses_are_the_losses_of_the_whole_logits(trunk) -> None:
+    """Scoring's losses through the output layer a few positions at a time (output parts
+    included, rows with other experts, padding) are those of the full logits; the rows
+    asked for keep their logits."""
+    texts = TEXTS + ["Article 5. The parties agree"]
+    ids, mask = _batch(trunk, texts)
+    config = ExpertConfig(
+        layers=(1,), rank=4, kind="vocab_adapter", output_rank=2, logit_bias=True
+    ).for_trunk(trunk.num_layers, trunk.model.get_output_embeddings().weight.shape[0])
+    experts = {
+        "v": randomize(Expert(config, trunk.hidden_size), seed=3),
+        "a": randomize(
+            Expert(ExpertConfig(kind="adapter", layers=(0,), rank=4), trunk.hidden_size), seed=4
+        ),
+    }
+    mixture = Mixture(trunk, experts)
+    weights = [{"v": 1.0}, {}, {"a": 1.0}, {"v": 0.5, "a": 0.5}]
+    with torch.no_grad():
+        logits = mixture.forward(ids, mask, weights)  # (B, T, V)
+        want, _ = mixture.token_losses(ids, mask, weights)
+        got, kept = mixture.token_losses_chunked(ids, mask, weights, keep_logits=[0, 3], chunk=3)
+        alone, none_kept = mixture.token_losses_chunked(ids, mask, weights)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(alone, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(kept, logits[[0, 3]], rtol=1e-5, atol=1e-5)
+    assert none_kept is None
+
+
 def test_bad_weights_are_refused(gpt2_trunk) -> None:
     ids, mask = _batch(gpt2_trunk, TEXTS[:2])
     mixture = Mixture(gpt2_trunk, {})

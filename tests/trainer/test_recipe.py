@@ -156,7 +156,6 @@ def test_the_chunked_loss_equals_the_mixture_loss_with_the_same_gradients(trunk)
     from trainer.fused_loss import (
         chunked_sequence_loss,
         chunked_token_nll,
-        mixture_hidden,
         output_layer,
     )
 
@@ -173,7 +172,7 @@ def test_the_chunked_loss_equals_the_mixture_loss_with_the_same_gradients(trunk)
     reference.backward()
     expected = [p.grad.clone() for p in expert.parameters()]
     expert.zero_grad()
-    hidden = mixture_hidden(mixture, ids, mask, weights)
+    hidden = mixture.hidden(ids, mask, weights)
     chunked = chunked_sequence_loss(hidden, output_layer(trunk.model), ids, mask, chunk=7)
     chunked.backward()
     assert torch.allclose(chunked, reference, atol=1e-5)
@@ -182,7 +181,7 @@ def test_the_chunked_loss_equals_the_mixture_loss_with_the_same_gradients(trunk)
     assert trunk.model.get_output_embeddings().weight.grad is None
     with torch.no_grad():
         losses, valid = mixture.token_losses(ids, mask, weights)
-        hidden = mixture_hidden(mixture, ids, mask, weights)
+        hidden = mixture.hidden(ids, mask, weights)
         nll, count = chunked_token_nll(hidden, output_layer(trunk.model), ids, mask, chunk=5)
     assert count == float(valid.sum()) == 3 * 19 - 5
     assert nll == pytest.approx(float(losses.sum()), rel=1e-5)

@@ -12,7 +12,7 @@ from experts.mixture import Mixture
 from tests.support.trainer import corpus_texts, tensor_hashes
 from trainer.act_ckpt import checkpointed_blocks
 from trainer.config import TrainerConfig
-from trainer.fused_loss import chunked_sequence_loss, mixture_hidden, output_layer
+from trainer.fused_loss import chunked_sequence_loss, output_layer
 from trainer.recipes.expert import train_expert
 
 CFG = TrainerConfig(
@@ -74,7 +74,7 @@ def test_the_chunked_loss_trains_the_output_part_as_the_full_logits_would(trunk,
     reference.backward()
     expected = {n: p.grad.clone() for n, p in expert.named_parameters()}
     expert.zero_grad()
-    hidden = mixture_hidden(mixture, ids, mask, weights)
+    hidden = mixture.hidden(ids, mask, weights)
     chunked = chunked_sequence_loss(
         hidden, output_layer(trunk.model), ids, mask, chunk=7, output=expert.output
     )
@@ -105,7 +105,7 @@ def test_activation_checkpointing_recomputes_token_deltas_with_their_ids(trunk, 
     for enabled in (False, True):
         expert.zero_grad()
         with checkpointed_blocks(trunk.blocks(), 1, enabled), mixture.routing(weights):
-            hidden = mixture_hidden(mixture, ids, mask, weights)  # a nested routing block
+            hidden = mixture.hidden(ids, mask, weights)  # a nested routing block
             chunked_sequence_loss(hidden, head, ids, mask, output=expert.output).backward()
         grads.append({n: p.grad.clone() for n, p in expert.named_parameters()})
     for name in grads[0]:

@@ -48,7 +48,7 @@ from trainer.config import TrainerConfig
 from trainer.data import BatchStream
 from trainer.expert_setup import expert_config_for, prepare_trunk, resolve_device, savers_on
 from trainer.frozen_mlp import frozen_mlp_kernels
-from trainer.fused_loss import chunked_sequence_loss, mixture_hidden, output_layer
+from trainer.fused_loss import chunked_sequence_loss, output_layer
 from trainer.optim import FlatOptimizer, set_lr, state_breakdown, state_bytes
 from trainer.precision import autocast_for
 from trainer.progress import StepProgress
@@ -441,7 +441,7 @@ class ExpertRecipe:
     def _loss(self, ids: torch.Tensor, mask: torch.Tensor, weights: list) -> torch.Tensor:
         """Mean over the micro-batch of each sequence's mean next-token loss, ``()``."""
         if self.config.chunked_loss:
-            hidden = mixture_hidden(self.mixture, ids, mask, weights)  # (B, T, d)
+            hidden = self.mixture.hidden(ids, mask, weights)  # (B, T, d)
             return chunked_sequence_loss(
                 hidden, self.head, ids, mask, self.config.loss_chunk, self.expert.output
             )

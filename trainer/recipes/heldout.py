@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from experts.mixture import Mixture
-from trainer.fused_loss import chunked_token_nll, mixture_hidden
+from trainer.fused_loss import chunked_token_nll
 from trainer.precision import autocast_for
 
 
@@ -57,7 +57,7 @@ class HeldOutRows:
             mask = self.mask[start : min(start + self.batch_size, end)].to(self.device)  # (b, T)
             with autocast_for(self.device, self.bf16):
                 if self.chunk is not None:
-                    hidden = mixture_hidden(mixture, ids, mask, [weights] * len(ids))  # (b, T, d)
+                    hidden = mixture.hidden(ids, mask, [weights] * len(ids))  # (b, T, d)
                     output = output_part(mixture, weights)
                     nll, valid = chunked_token_nll(hidden, self.head, ids, mask, self.chunk, output)
                 else:
