@@ -28,7 +28,10 @@ def _body(prompt: str, max_tokens: int) -> dict:
     return {"model": "auto", "prompt": prompt, "max_tokens": max_tokens, "stream": True}
 
 
-async def _stream(session: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, str]:
+async def _stream(
+    session: aiohttp.ClientSession, url: str, body: dict, first: asyncio.Event | None = None
+) -> tuple[int, str]:
+    """One streamed completion: its status and text; sets ``first`` at its first chunk."""
     async with session.post(f"{url}/v1/completions", json=body, headers=AUTH) as response:
         if response.status != 200:
             return response.status, ""
@@ -36,6 +39,8 @@ async def _stream(session: aiohttp.ClientSession, url: str, body: dict) -> tuple
         async for line in response.content:
             if line.startswith(b"data: {"):
                 text.append(json.loads(line[6:])["choices"][0]["text"])
+                if first is not None:
+                    first.set()
         return 200, "".join(text)
 
 
@@ -44,12 +49,12 @@ def test_200_concurrent_streams_get_200_or_503_while_health_answers(served) -> N
         timeout = aiohttp.ClientTimeout(total=300)
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            first = asyncio.Event()  # a stream has its first chunk: the batch is decoding
             streams = [
-                asyncio.create_task(_stream(session, served.url, _body(f"def f{i}(x):", 24)))
+                asyncio.create_task(_stream(session, served.url, _body(f"def f{i}(x):", 24), first))
                 for i in range(CLIENTS)
             ]
-            while served.server.decoder.running == 0:  # the batch is decoding: ask /health
-                await asyncio.sleep(0)
+            await asyncio.wait_for(first.wait(), timeout=120)
             async with session.get(f"{served.url}/health", headers=AUTH) as health:
                 status = health.status
             return await asyncio.gather(*streams), status
