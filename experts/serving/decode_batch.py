@@ -119,6 +119,11 @@ class DecodeBatch:
         decoding: Decoding,
     ) -> None:
         """Decode ``input_ids (1, T)`` in the batch until ``decoding`` finishes (blocks)."""
+        if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] < 1:
+            # a row of a shared prefill with no token would have no logits of its own
+            raise ValueError(
+                f"a generation needs a (1, T >= 1) prompt, got {tuple(input_ids.shape)}"
+            )
         job = _Job(input_ids, dict(weights), experts, decoding)
         self._start()
         self._waiting.put(job)

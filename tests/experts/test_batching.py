@@ -171,3 +171,14 @@ def test_prompts_prefilled_together_match_each_prefilled_alone(trunk) -> None:
             assert float((k[i, :, -n:] - ak[0]).abs().max()) < TOLERANCE
             assert float((v[i, :, -n:] - av[0]).abs().max()) < TOLERANCE
             assert not k[i, :, :-n].any() and not v[i, :, :-n].any()  # padding: zeros
+
+
+def test_a_prompt_without_tokens_is_refused_before_it_joins(gpt2_trunk) -> None:
+    from experts.serving.decode_batch import DecodeBatch
+    from experts.serving.decoding_state import Decoding
+
+    batch = DecodeBatch(gpt2_trunk)
+    decoding = Decoding(gpt2_trunk.tokenizer, 4, None, set())
+    with pytest.raises(ValueError, match="prompt"):
+        batch.run(torch.zeros((1, 0), dtype=torch.long), {}, {}, decoding)
+    assert batch.running == 0
