@@ -1,9 +1,9 @@
 """Generation as one running batch (iteration-level, "continuous" batching).
 
-One thread owns the batch. Between decode steps a waiting completion joins: its prompt is
-run alone (the prefill, with its own experts) and its key/value cache is merged into the
-batch's; a finished or cancelled one leaves at once, so one long generation never holds
-short ones back. Each step is one forward of one new token per row, each row with its own
+One thread owns the batch. Between decode steps the waiting completions join: their
+prompts run together in one left-padded forward (the prefill, each row with its own
+experts) and their key/value caches are merged into the batch's; a finished or cancelled
+one leaves at once, so one long generation never holds short ones back. Each step is one forward of one new token per row, each row with its own
 experts (the mixture's per-row weights) and its own sampling.
 
 The batch's cache is *left*-padded: row ``b`` holds its ``n_b`` real positions at the right
