@@ -356,8 +356,7 @@ class Mixture:
         batch, length = input_ids.shape
         chunk = chunk or max(1, LOSS_CHUNK_ROWS // batch)
         head = self.trunk.model.get_output_embeddings()
-        targets = input_ids.new_full((batch, length), IGNORED)  # (B, T) the next token
-        targets[:, :-1] = input_ids[:, 1:]
+        targets = _next_tokens(input_ids)  # (B, T)
         losses = torch.empty((batch, length), dtype=torch.float32, device=input_ids.device)
         kept = None
         keep = torch.tensor(list(keep_logits), dtype=torch.long, device=input_ids.device)
@@ -377,7 +376,7 @@ class Mixture:
                     kept[:, start:end] = logits.index_select(0, keep)
         losses = losses[:, :-1]  # (B, T-1)
         if attention_mask is not None:
-            losses = losses * (attention_mask[:, 1:] * attention_mask[:, :-1]).to(losses.dtype)
+            losses = losses * _predicted(attention_mask, losses.dtype)
         return losses, kept
 
     def loss(
@@ -397,16 +396,27 @@ def next_token_losses(
     """Next-token cross-entropy of ``logits (B, T, V)`` against ``input_ids (B, T)``:
     ``(B, T-1)`` losses (0 at padding) and ``(B, T-1)`` mask."""
     batch, length, vocab = logits.shape
-    # every position against the next token (the last against none: ignored), on the
-    # logits' own (B*T, V) rows: cross_entropy over a (B, V, T-1) view or a copy of the
-    # first T-1 positions was 2-3x slower on a CPU (memory-bound over V)
-    targets = input_ids.new_full((batch, length), IGNORED)  # (B, T)
-    targets[:, :-1] = input_ids[:, 1:]
+    # on the logits' own (B*T, V) rows: cross_entropy over a (B, V, T-1) view or a copy of
+    # the first T-1 positions was 2-3x slower on a CPU (memory-bound over V)
     losses = F.cross_entropy(
-        logits.reshape(batch * length, vocab).float(), targets.view(-1), reduction="none"
+        logits.reshape(batch * length, vocab).float(),
+        _next_tokens(input_ids).view(-1),
+        reduction="none",
     ).view(batch, length)[:, :-1]  # (B, T-1)
     if attention_mask is None:
         mask = torch.ones_like(losses)
     else:
-        mask = (attention_mask[:, 1:] * attention_mask[:, :-1]).to(losses.dtype)  # (B, T-1)
+        mask = _predicted(attention_mask, losses.dtype)
     return losses * mask, mask
+
+
+def _next_tokens(input_ids: torch.Tensor) -> torch.Tensor:
+    """``(B, T)``: each position's next token, the last position's ``IGNORED`` (none)."""
+    targets = input_ids.new_full(input_ids.shape, IGNORED)
+    targets[:, :-1] = input_ids[:, 1:]
+    return targets
+
+
+def _predicted(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``(B, T-1)``: 1 where a real token predicts a real next token, else 0."""
+    return (attention_mask[:, 1:] * attention_mask[:, :-1]).to(dtype)

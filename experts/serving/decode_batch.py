@@ -3,8 +3,9 @@
 One thread owns the batch. Between decode steps the waiting completions join: their
 prompts run together in one left-padded forward (the prefill, each row with its own
 experts) and their key/value caches are merged into the batch's; a finished or cancelled
-one leaves at once, so one long generation never holds short ones back. Each step is one forward of one new token per row, each row with its own
-experts (the mixture's per-row weights) and its own sampling.
+one leaves at once, so one long generation never holds short ones back. Each step is one
+forward of one new token per row, each row with its own experts (the mixture's per-row
+weights) and its own sampling.
 
 The batch's cache is *left*-padded: row ``b`` holds its ``n_b`` real positions at the right
 end of ``L`` columns and a 0 in ``mask`` where it has none; positions are passed per row,

@@ -157,6 +157,7 @@ class ScoreBatcher:
         mask = torch.zeros((total, longest), dtype=torch.long, device=device)  # (B, T)
         weights: Weights = []
         experts: dict[str, Expert] = {}
+        keep: list[int] = []  # the rows whose logits a request wants
         at = 0
         for submission, length in zip(batch, lengths, strict=True):
             n = submission.input_ids.shape[0]
@@ -164,14 +165,10 @@ class ScoreBatcher:
             mask[at : at + n, :length] = 1
             weights.extend(submission.weights)
             experts.update(submission.experts)
-            at += n
-        padded = min(lengths) < longest
-        keep, at = [], 0  # the rows whose logits a request wants
-        for submission in batch:
-            n = submission.input_ids.shape[0]
             if submission.want_logits:
                 keep.extend(range(at, at + n))
             at += n
+        padded = min(lengths) < longest
         with torch.no_grad():
             losses, kept = Mixture(self.trunk, experts).token_losses_chunked(
                 ids, mask if padded else None, weights, keep
