@@ -44,7 +44,16 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from router.allocator import keep_freed_memory
-from router.features import _ASCII_CLASSES, _M1, _M2, _S33, _SHAPE_SALT, _WORD, _WORD_SALT
+from router.features import (
+    _ASCII_CLASSES,
+    _M1,
+    _M2,
+    _S33,
+    _SHAPE_SALT,
+    _WORD,
+    _WORD_SALT,
+    wide_letter_classes,
+)
 
 if TYPE_CHECKING:
     from router.embed_tfidf import HashedTfidfEmbedder
@@ -277,14 +286,11 @@ def _shape_codes(texts: list[str], max_chars: int, ngrams: tuple[int, ...]) -> l
     :func:`_form_key`), one part per order."""
     classes = [text[:max_chars].translate(_ASCII_CLASSES) for text in texts]
     lengths = np.fromiter((len(c) for c in classes), dtype=np.int64, count=len(classes))
-    codes = np.frombuffer("".join(classes).encode("utf-32-le", "surrogatepass"), np.uint32)
-    wide = codes >= 128
-    if wide.any():
-        codes = codes.copy()
-        letters = [c for c in np.unique(codes[wide]).tolist() if chr(c).isalpha()]
-        codes[np.isin(codes, letters)] = ord("a")
     firsts = np.zeros(len(texts), dtype=np.int64)  # each text's first character
     np.cumsum(lengths[:-1], out=firsts[1:])
+    codes = wide_letter_classes(
+        np.frombuffer("".join(classes).encode("utf-32-le", "surrogatepass"), np.uint32), firsts
+    )
     keep = np.ones(codes.size, dtype=bool)  # (L,)
     if codes.size > 1:
         runs = np.zeros(codes.size - 1, dtype=bool)

@@ -8,6 +8,7 @@ changes with ``PYTHONHASHSEED``.
 from __future__ import annotations
 
 import re
+import unicodedata
 import zlib
 
 import numpy as np
@@ -59,21 +60,69 @@ _ASCII_CLASSES = str.maketrans(
 SHAPE_NGRAMS = (2, 3, 4, 5)  # n-gram orders of the form features (embedder and IDF fitter)
 _RUN_SYMBOLS = np.array([ord("a"), ord("A"), ord("0"), ord(" ")], dtype=np.uint32)
 _LOWER = np.uint32(ord("a"))
+_UPPER = np.uint32(ord("A"))
+_NOT_LETTER, _LATIN, _OTHER_LETTER = 0, 1, 2  # kinds of a non-ASCII character
+
+
+# A text keeps its diacritic letters in its form only when at least this share of its
+# letters have one: below it they are names and loanwords (an English licence quoting
+# "Société"), not the text's own writing. Spanish, Portuguese, Swedish or Czech prose has
+# 1-15 % (a page that is mostly untranslated English less).
+DIACRITIC_SHARE = 0.005
+
+
+def wide_letter_classes(codes: np.ndarray, firsts: np.ndarray | None = None) -> np.ndarray:
+    """The form's classes of the non-ASCII letters in ``codes`` ``(L,)`` uint32, ASCII
+    letters already ``"a"``/``"A"``, the texts starting at ``firsts`` ``(B,)`` (None: one
+    text); returns a copy when one changes.
+
+    In a text written with diacritics (:data:`DIACRITIC_SHARE`), a Latin letter with one
+    stays itself, lower-cased: which diacritics it uses is part of its form (Spanish,
+    Portuguese, Catalan, Swedish, Czech and Polish pages of one manual share their layout
+    and their untranslated strings; their accents are the form's only difference). Every
+    other non-ASCII letter counts as ``"a"``: kept, each Han or Hangul character would
+    make the form a copy of the words.
+    """
+    wide = codes >= 128
+    if not wide.any():
+        return codes
+    distinct, at = np.unique(codes[wide], return_inverse=True)
+    kinds = np.asarray([_letter_kind(c) for c in distinct.tolist()], dtype=np.int8)
+    lowered = np.asarray([ord(chr(c).lower()[0]) for c in distinct.tolist()], dtype=np.uint32)
+    latin = np.zeros(codes.size, dtype=bool)  # (L,) a Latin letter with a diacritic
+    latin[wide] = kinds[at] == _LATIN
+    letters = (codes == _LOWER) | (codes == _UPPER)  # (L,)
+    letters[wide] = kinds[at] != _NOT_LETTER
+    firsts = np.zeros(1, dtype=np.int64) if firsts is None else firsts
+    text_of = np.repeat(np.arange(firsts.size), np.diff(np.append(firsts, codes.size)))  # (L,)
+    latin_count = np.bincount(text_of, weights=latin, minlength=firsts.size)  # (B,)
+    letter_count = np.bincount(text_of, weights=letters, minlength=firsts.size)  # (B,)
+    uses = latin_count >= DIACRITIC_SHARE * np.maximum(letter_count, 1)  # (B,)
+    written = uses[text_of]  # (L,) its text is written with diacritics
+    out = codes.copy()
+    out[wide] = np.where(kinds[at] == _NOT_LETTER, distinct[at], _LOWER)
+    keep = latin & written
+    out[keep] = lowered[at[keep[wide]]]
+    return out
+
+
+def _letter_kind(code: int) -> int:
+    char = chr(code)
+    if not char.isalpha():
+        return _NOT_LETTER
+    return _LATIN if unicodedata.name(char, "").startswith("LATIN") else _OTHER_LETTER
 
 
 def shape_codes(text: str, max_chars: int) -> np.ndarray:
     """The form of ``text[:max_chars]`` as code points; returns ``(L,)`` uint32.
 
-    A non-ASCII letter counts as ``"a"``; other non-ASCII characters (curly quotes,
-    dashes, symbols) stay themselves.
+    Non-ASCII letters as :func:`wide_letter_classes` says; other non-ASCII characters
+    (curly quotes, dashes, symbols) stay themselves.
     """
     classes = text[:max_chars].translate(_ASCII_CLASSES)
-    codes = np.frombuffer(classes.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    wide = codes >= 128
-    if wide.any():
-        codes = codes.copy()
-        letters = [c for c in np.unique(codes[wide]).tolist() if chr(c).isalpha()]
-        codes[np.isin(codes, letters)] = _LOWER
+    codes = wide_letter_classes(
+        np.frombuffer(classes.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    )
     if codes.size < 2:
         return codes
     keep = np.ones(codes.size, dtype=bool)  # (L,)

@@ -43,10 +43,16 @@ def test_a_close_neighbour_after_a_known_domain_is_its_own_domain(many, first, s
         assert _own_domain_share(loop, stream, label) >= 0.9
 
 
-def test_close_neighbours_mixed_from_an_empty_table_are_kept_apart(many):
-    # (Spanish and Portuguese mixed from an empty table are found as one domain: a known
-    # limit, docs/discovery.md "Many domains")
-    names = ["c_code", "cpp_code", "javascript_code", "typescript_code"]
+@pytest.mark.parametrize(
+    ("names", "share"),
+    [
+        (["c_code", "cpp_code", "javascript_code", "typescript_code"], 0.85),
+        # two language pairs whose pages share one manual's layout; their diacritics tell
+        # them apart (Spanish with Catalan still chains: docs/discovery.md "Many domains")
+        (["prose_es", "prose_pt", "prose_sv", "prose_da"], 0.9),
+    ],
+)
+def test_close_neighbours_mixed_from_an_empty_table_are_kept_apart(many, names, share):
     loop = Loop(RouterConfig(job_docs=120))
     stream = list(many.mixture(1600, names, seed=5))
     for doc in stream:
@@ -54,4 +60,4 @@ def test_close_neighbours_mixed_from_an_empty_table_are_kept_apart(many):
     labels = Counter(r.label_hint for r in loop.discover.table.rows())
     assert set(labels) == set(names), labels
     for label in names:
-        assert _own_domain_share(loop, stream, label) >= 0.85
+        assert _own_domain_share(loop, stream, label) >= share

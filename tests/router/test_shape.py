@@ -19,13 +19,23 @@ from router.records import DomainRecord
     [
         ("    def f(x):\n\treturn x1 + 22", " a a(a):\n a a0 + 0"),  # indentation survives
         ("Hello World, HTTP 404!", "Aa Aa, A 0!"),  # case classes, runs collapse
-        ("Ünïcode “quoted” — dash", "a “a” — a"),  # non-ASCII letters: "a"; punctuation stays
+        ("Ünïcode “quoted” — dash", "üaïa “a” — a"),  # diacritics stay, lower; punctuation too
+        ("Año de la canción, São", "Aña a a aóa, Aãa"),  # a text written with diacritics
+        ("Привет, мир 東京", "a, a a"),  # letters of other scripts: "a"
         ("para one.\n\npara two.", "a a.\n\na a."),  # line breaks are never collapsed
         ("", ""),
     ],
 )
 def test_shape_text(text: str, shape: str) -> None:
     assert shape_text(text, 4000) == shape
+
+
+def test_a_few_diacritics_in_a_long_text_are_names_not_its_writing() -> None:
+    sentence = "The above notice shall be included in all copies of the software. "
+    text = "Permission is granted by Société. " + sentence * 10  # 2 of 560 letters
+    assert "é" not in shape_text(text, 4000)
+    assert shape_text(text, 4000).startswith("Aa a a a Aa.")
+    assert "é" in shape_text("Permission is granted by Société. " + sentence, 4000)
 
 
 def test_shape_respects_max_chars_and_is_deterministic() -> None:
