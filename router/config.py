@@ -131,6 +131,15 @@ class RouterConfig:
         "core per member (0: off): a core that would take more is a chain of several kinds' "
         "first documents",
     )
+    promote_claim_patience: int = setting(
+        8,
+        help="...unless it has persisted over this many clustering runs (0: the claims test "
+        "always holds): a core that stays while its threshold takes more of the buffer is "
+        "one domain with a wide tail of its own loose documents; a chain changes sooner, as "
+        "its neighbours gather cores of their own",
+        unit="runs",
+        range=">= 0",
+    )
     belong_level: float = setting(
         0.5,
         help="a core whose median member passes threshold + this share of (core_threshold - "
@@ -220,6 +229,8 @@ class RouterConfig:
             raise ValueError("router.embed_shape_weight must be >= 0 (0 turns the form block off)")
         if self.belong_separation < 0:
             raise ValueError("router.belong_separation must be >= 0 (0 turns the test off)")
+        if self.promote_claim_patience < 0:
+            raise ValueError("router.promote_claim_patience must be >= 0 (0: no patience)")
         if self.embed_word_weight < 0 or self.embed_tf_cap < 1 or self.embed_max_chars < 1:
             raise ValueError(
                 "router.embed_word_weight must be >= 0, embed_tf_cap >= 1, embed_max_chars >= 1"

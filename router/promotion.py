@@ -89,7 +89,9 @@ class Promotion:
         # too wide, measured: its threshold would take more of the buffer than the core
         # itself holds (a chain of neighbours' first documents, whose own cores would fall
         # inside it); wait until the groups stand apart
-        return not (ratio > 0 and claims(cand, threshold) > ratio * len(cand.members))
+        if ratio <= 0 or 0 < config.promote_claim_patience <= cand.stable:
+            return True
+        return claims(cand, threshold) <= ratio * len(cand.members)
 
     def belongs(
         self, row: DomainRecord, centroid_sim: float, cand: Candidate, member_sims: np.ndarray
