@@ -34,13 +34,17 @@ def test_one_policy_for_rows_tombstones_and_undecodable_records():
         on_tombstone=tombstones.append,
         on_bad=lambda key, value, exc: bad.append((key, type(exc).__name__)),
     )
-    follower.handle(b"a", _row("a").to_json())
-    follower.handle(b"a", None)
-    follower.handle(b"junk", b"{not json")
-    assert [r.domain_id for r in applied] == ["a"] and follower.applied == 1
-    assert tombstones == [b"a"]
-    assert bad and bad[0][0] == b"junk"
     quiet = TableFollower(NOWHERE, "t.domains", applied.append)  # defaults: skip and log
-    quiet.handle(b"a", None)
-    quiet.handle(b"junk", b"{not json")
-    assert quiet.applied == 0 and len(applied) == 1
+    try:
+        follower.handle(b"a", _row("a").to_json())
+        follower.handle(b"a", None)
+        follower.handle(b"junk", b"{not json")
+        assert [r.domain_id for r in applied] == ["a"] and follower.applied == 1
+        assert tombstones == [b"a"]
+        assert bad and bad[0][0] == b"junk"
+        quiet.handle(b"a", None)
+        quiet.handle(b"junk", b"{not json")
+        assert quiet.applied == 0 and len(applied) == 1
+    finally:  # their clients would retry 127.0.0.1:9, logging, for the rest of the session
+        follower.stop()
+        quiet.stop()
