@@ -11,7 +11,7 @@ from topology.composition.topics import Topics
 from topology.loop.watcher import MAX_ROWS, NOVEL, LoopWatcher
 from trainer.records import TrainStatus
 
-NOWHERE = {"bootstrap.servers": "127.0.0.1:9"}  # the client is built, never connected
+NOWHERE = {"bootstrap.servers": "127.0.0.1:9", "log_level": 0}  # built, never used: no logs
 
 
 @pytest.fixture
