@@ -71,7 +71,10 @@ def test_a_pause_stops_the_stage_until_it_is_due_and_a_finished_stage_is_skipped
         injector.tick(now_s=17.0)
         wait_until(lambda: state_of(monitor.pid) in "SR")
 
-        injector.apply(Fault(20.0, "kill", ("ingest",)), now_s=20.0)
+        injector.apply(Fault(20.0, "kill", ("ingest",)), now_s=20.04)
+        # kept exact: rounded up, a fault at 67.86 s would follow the failed probe at 67.88 s
+        # that it caused, and serve's own outage would count as one after another fault
+        assert injector.applied[-1].at_s == 20.04
         assert [a.to_dict() for a in injector.applied][-1] == {
             "fault": 2,
             "at_s": 20.0,

@@ -27,14 +27,16 @@ class Applied:
     """One signal of a fault (a fault of two targets, or a kill and its second, is two)."""
 
     fault: int  # the fault's place in the order applied
-    at_s: float
+    at_s: float  # exact: an outage is matched to the fault by it (to_dict rounds it)
     kind: str
     target: str
     phase: str
     skipped: str | None = None  # why nothing was signalled
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in vars(self).items() if v is not None}
+        return {k: v for k, v in vars(self).items() if v is not None} | {
+            "at_s": round(self.at_s, 1)
+        }
 
 
 @dataclass
@@ -163,4 +165,4 @@ class Injector:
         fault: int | None = None,
     ) -> None:
         fault = self._faults if fault is None else fault
-        self.applied.append(Applied(fault, round(now_s, 1), kind, target, phase, skipped))
+        self.applied.append(Applied(fault, now_s, kind, target, phase, skipped))
