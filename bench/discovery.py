@@ -525,6 +525,18 @@ def compare_detectors(config: RouterConfig, seeds: int = 3) -> dict:
     return out
 
 
+def plain_embedder(config: RouterConfig) -> HashedTfidfEmbedder:
+    """The baseline: the same hashed embedder with IDF (and the form block) off."""
+    return HashedTfidfEmbedder(
+        dim=config.embed_dim,
+        char_ngrams=config.embed_char_ngrams,
+        word_weight=config.embed_word_weight,
+        tf_cap=config.embed_tf_cap,
+        max_chars=config.embed_max_chars,
+        idf=IdfTable.empty(),
+    )
+
+
 def measure(scenario: Scenario, config: RouterConfig, embedder, args) -> dict:
     progress = not args.no_progress
     out: dict = {}
@@ -658,15 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     result.update(measure(scenario, config, default_embedder(config), args))
     if not args.no_baseline:
-        plain = HashedTfidfEmbedder(
-            dim=config.embed_dim,
-            char_ngrams=config.embed_char_ngrams,
-            word_weight=config.embed_word_weight,
-            tf_cap=config.embed_tf_cap,
-            max_chars=config.embed_max_chars,
-            idf=IdfTable.empty(),
-        )
-        base = measure(scenario, config, plain, args)
+        base = measure(scenario, config, plain_embedder(config), args)
         for key in (
             "nmi",
             "scratch_nmi",
