@@ -19,10 +19,15 @@ def _row(domain_id: str) -> DomainRecord:
 
 
 def test_a_flush_that_cannot_deliver_raises_instead_of_returning():
-    sink = Publisher(make_producer(NOWHERE), Topics("t"), flush_timeout_s=0.5)
-    sink.send("docs", "k", _row("a"))
-    with pytest.raises(KafkaException, match="not delivered|deliveries failed"):
-        sink.flush()
+    producer = make_producer(NOWHERE)
+    sink = Publisher(producer, Topics("t"), flush_timeout_s=0.5)
+    try:
+        sink.send("docs", "k", _row("a"))
+        with pytest.raises(KafkaException, match="not delivered|deliveries failed"):
+            sink.flush()
+    finally:  # left open, it retries 127.0.0.1:9 and logs for the rest of the session
+        producer.purge()
+        producer.close()
 
 
 def test_one_policy_for_rows_tombstones_and_undecodable_records():
