@@ -29,8 +29,8 @@ documents against the table and experts without that label's; share served by an
 expert, mean over labels), ``reranked_N`` (share of texts the likelihood step scored).
 The loss of every text under the trunk and under every expert is computed once, so
 ``--grid FILE`` writes the same figures for a grid of settings (candidates x margin x
-max_tokens) without another forward; the JSON line reports the one chosen (``--set``,
-else the router's defaults). ``likelihood_ms`` is the measured extra forward of one
+separation x max_tokens x contest_gap) without another forward; the JSON line reports the
+one chosen (``--set``, else the router's defaults). ``likelihood_ms`` is the measured extra forward of one
 re-ranked request (1 + candidates rows), beside ``score_ms``, a request's own scoring
 forward (one row of the same text).
 
@@ -93,6 +93,7 @@ GRID = {
     "margin": (0.25, 0.5, 1.0, 2.0),
     "separation": (0.0, 0.25, 0.5, 0.6, 0.75, 1.0, 1.25),
     "max_tokens": (32, 64),
+    "contest_gap": (0.0, 0.02, 0.05, 0.1, float("inf")),
 }
 SETTINGS = (*GRID, "mix_margin")  # --set FIELD=VALUE; the grid keeps the default mix_margin
 
@@ -432,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="FIELD=VALUE",
         help="a setting of the likelihood step (candidates, margin, separation, max_tokens, "
-        "mix_margin)",
+        "mix_margin, contest_gap)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -445,8 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     shipped = LikelihoodRouter(**chosen)
     routers = {"ours": shipped}
     if args.grid is not None:
-        for c, m, s, t in itertools.product(*GRID.values()):
-            routers[f"c{c}_m{m}_s{s}_t{t}"] = LikelihoodRouter(c, m, s, t)
+        for c, m, s, t, g in itertools.product(*GRID.values()):
+            routers[f"c{c}_m{m}_s{s}_t{t}_g{g}"] = LikelihoodRouter(c, m, s, t, contest_gap=g)
 
     config = RouterConfig()
     embedder = default_embedder(config)

@@ -85,6 +85,14 @@ class ExpertsConfig:
         unit="nats/token",
         range=">= 0",
     )
+    gate_likelihood_contest_gap: float = setting(
+        0.0,
+        help="a text the route stage assigns is re-ranked when another domain with an "
+        "expert reaches its own threshold too, at most this much cosine below the nearest "
+        "(0: never; inf: any such domain)",
+        unit="cosine",
+        range=">= 0",
+    )
     serve_host: str = setting(
         "127.0.0.1", help="HTTP API address (loopback unless you mean to expose it)"
     )
@@ -136,12 +144,13 @@ class ExpertsConfig:
                 self.gate_likelihood_margin,
                 self.gate_likelihood_separation,
                 self.gate_likelihood_mix_margin,
+                self.gate_likelihood_contest_gap,
             )
             < 0
         ):
             raise ValueError(
                 "experts.gate_likelihood_candidates must be >= 0 (0: off), "
-                "experts.gate_likelihood_margin, _separation and _mix_margin >= 0"
+                "experts.gate_likelihood_margin, _separation, _mix_margin and _contest_gap >= 0"
             )
         if self.gate_likelihood_max_tokens < 2:
             raise ValueError("experts.gate_likelihood_max_tokens must be >= 2")

@@ -29,8 +29,14 @@ Mixing is measured (bench/route_recall_experts.py, docs/experts.md): at mix_marg
 the bundled corpus it moves ~3 % of 256-character prompts from the trunk to a mix that
 includes their own domain's expert and sends no more to a mix without it.
 
-A text the route stage assigns is never re-ranked, nor is one whose candidates have no
-expert. The rule is :func:`choose` (pure, shared with ``bench/route_recall_experts.py``).
+A text the route stage assigns is re-ranked only when it is contested (``contest_gap``):
+another domain with an expert reaches its own threshold too, as when a newly discovered
+neighbour's centroid comes nearer to an old domain's documents than the old one's: the
+candidates are then the nearest and those rivals, and the old domain's expert keeps its
+documents unless the newcomer's explains them better by ``margin`` and ``separation``
+(forgetting through routing, docs/experts.md). A text whose candidates have no expert is
+never re-ranked. The rule is :func:`choose` (pure, shared with
+``bench/route_recall_experts.py``).
 
 Example
 -------
@@ -142,6 +148,12 @@ class LikelihoodRouter:
         novel text to be served by their mix (inf: never mixed).
     mix_top : int
         Tied candidates mixed at most (below 2: never mixed).
+    contest_gap : float
+        A text the route stage's rule assigns is re-ranked only when contested: another
+        domain with an expert also reaches its own threshold, at most this much cosine
+        below the nearest (0: never; inf: any such domain). Its candidates are the nearest
+        domain (if it has an expert) and those rivals; overriding the nearest needs
+        ``margin`` over its expert, as for any embedding decision.
     """
 
     candidates: int = 8
@@ -150,6 +162,7 @@ class LikelihoodRouter:
     max_tokens: int = 64
     mix_margin: float = 3.0
     mix_top: int = 2
+    contest_gap: float = 0.0
 
     def __post_init__(self) -> None:
         if (
@@ -157,13 +170,16 @@ class LikelihoodRouter:
             or min(self.margin, self.separation, self.mix_margin) < 0
             or self.max_tokens < 2
             or self.mix_top < 0
+            or self.contest_gap < 0
         ):
             raise ValueError(
                 "likelihood routing: need candidates >= 0 (0: off), margin >= 0, "
-                "separation >= 0, max_tokens >= 2, mix_margin >= 0 and mix_top >= 0; got "
+                "separation >= 0, max_tokens >= 2, mix_margin >= 0, mix_top >= 0 and "
+                "contest_gap >= 0; got "
                 f"candidates={self.candidates}, margin={self.margin}, "
                 f"separation={self.separation}, max_tokens={self.max_tokens}, "
-                f"mix_margin={self.mix_margin}, mix_top={self.mix_top}"
+                f"mix_margin={self.mix_margin}, mix_top={self.mix_top}, "
+                f"contest_gap={self.contest_gap}"
             )
 
     def candidate_domains(
@@ -174,16 +190,39 @@ class LikelihoodRouter:
         decision: GateDecision,
     ) -> list[str]:
         """The domains to score for this decision; empty: the decision is not re-ranked."""
+        return self.candidates_of(embedding, domains, experts, decision)[0]
+
+    def candidates_of(
+        self,
+        embedding: np.ndarray,
+        domains: DomainTable,
+        experts: DomainExperts,
+        decision: GateDecision,
+    ) -> tuple[list[str], bool]:
+        """``(candidates, contested)``: contested when the route stage's rule assigned the
+        text and a rival domain reaches its own threshold too (``contest_gap``)."""
         if self.candidates == 0:
-            return []
+            return [], False
         x = np.asarray(embedding, dtype=np.float32).reshape(-1)  # (dim,)
         ids, sims, thresholds, _, version = domains.scores(x)  # sims: (K,)
         if not ids or version != decision.domain_version:
-            return []  # the table changed since the gate read it: keep the gate's decision
+            return [], False  # the table changed since the gate read it: the gate's decision
         order = np.argsort(-sims, kind="stable")  # (K,) nearest first
-        if sims[order[0]] >= thresholds[order[0]]:
-            return []  # the route stage's own decision: never re-ranked
-        return [ids[i] for i in order[: self.candidates] if experts.of(ids[i]) is not None]
+        nearest = order[0]
+        if sims[nearest] < thresholds[nearest]:
+            names = [ids[i] for i in order[: self.candidates] if experts.of(ids[i]) is not None]
+            return names, False
+        rivals = [
+            i
+            for i in order[1:]
+            if sims[i] >= thresholds[i]
+            and sims[nearest] - sims[i] <= self.contest_gap
+            and experts.of(ids[i]) is not None
+        ]
+        if not rivals:
+            return [], False  # the route stage's own decision, uncontested: never re-ranked
+        contested = [nearest, *rivals] if experts.of(ids[nearest]) is not None else rivals
+        return [ids[i] for i in contested[: self.candidates]], True
 
     def rerank(
         self,
@@ -198,7 +237,7 @@ class LikelihoodRouter:
         """``(decision, what the step saw)``; the gate's ``decision`` when not re-ranked
         (then None). ``tokens()``: ``(1, T)`` the prompt's tokens (cut to ``max_tokens``),
         called only for a decision that is re-ranked (most are not: no tokenising then)."""
-        names = self.candidate_domains(embedding, domains, experts, decision)
+        names, contested = self.candidates_of(embedding, domains, experts, decision)
         if not names:
             return decision, None
         ids = tokens()[:, : self.max_tokens]  # (1, T)
@@ -222,6 +261,8 @@ class LikelihoodRouter:
             "losses": {d: round(v, 4) for d, v in scored.items()},
             "changed": chosen != decision.domain_id or bool(mix),
         }
+        if contested:
+            info["contested"] = True
         if mix:
             info["mixed"] = mix
             weights = mixed_weights(mixes, mix)
@@ -247,4 +288,5 @@ def likelihood_router(section: Any) -> LikelihoodRouter | None:
         section.gate_likelihood_separation,
         section.gate_likelihood_max_tokens,
         section.gate_likelihood_mix_margin,
+        contest_gap=section.gate_likelihood_contest_gap,
     )

@@ -53,7 +53,8 @@ def with_rerank(
             "margin": step.margin,
             "separation": step.separation,
             "mix_margin": step.mix_margin,
-            "why": f"the gate was unsure; the likelihood step scored the candidates' experts "
+            "why": f"{'another domain claimed it too' if seen.get('contested') else 'the gate was unsure'}; "
+            "the likelihood step scored the candidates' experts "
             f"(mean loss per token: trunk {seen['trunk_loss']:.3f}; {losses}): {verdict}",
         },
     }

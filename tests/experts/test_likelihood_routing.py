@@ -1,6 +1,7 @@
 """Likelihood re-ranking with real (tiny, briefly trained) experts: a short in-domain prompt
 the embedding rule leaves on the trunk or sends wrongly gets its domain; a prompt no expert
-explains stays on the trunk; texts the route stage assigns are never re-ranked."""
+explains stays on the trunk; texts the route stage assigns are re-ranked only when another
+domain claims them too."""
 
 from __future__ import annotations
 
@@ -192,3 +193,77 @@ def test_config_refuses_bad_settings() -> None:
     with pytest.raises(ValueError, match="mix_margin"):
         ExpertsConfig(gate_likelihood_mix_margin=-1.0).validate()
     ExpertsConfig().validate()
+
+
+def _contest_table():
+    import numpy as np
+
+    from router.records import DomainRecord
+    from router.table import DomainTable
+
+    table = DomainTable()
+    for name, centroid in (("old", [1.0, 0.0, 0.0]), ("new", [0.8, 0.6, 0.0])):
+        table.apply(DomainRecord(name, centroid, 0.7, 50, 0.9))
+    table.apply(DomainRecord("far", [0.0, 0.0, 1.0], 0.7, 50, 0.9))
+    text = np.array([0.9, 0.43, 0.0], np.float32)
+    return table, text / np.linalg.norm(text)  # cos: old 0.90, new 0.98, far 0
+
+
+def test_an_assigned_text_is_contested_only_by_a_rival_that_reaches_its_own_threshold():
+    from router.gate import DomainExperts, GateExpert
+
+    table, text = _contest_table()
+    both = DomainExperts(GateExpert(f"{d}-e1", d, table.get(d).centroid) for d in ("old", "new"))
+    decision = Gate().decide(text, table, both)
+    assert decision.domain_id == "new"  # the newcomer is nearest
+
+    def candidates(gap, experts=both):
+        return LikelihoodRouter(contest_gap=gap).candidates_of(text, table, experts, decision)
+
+    assert candidates(0.0) == ([], False)  # off: the route stage's decision stands
+    assert candidates(0.05) == ([], False)  # old is 0.08 below the nearest
+    assert candidates(0.1) == (["new", "old"], True)
+    assert candidates(float("inf")) == (["new", "old"], True)
+    only_old = DomainExperts([GateExpert("old-e1", "old", table.get("old").centroid)])
+    assert candidates(0.1, only_old) == (["old"], True)  # the newcomer has no expert yet
+    only_new = DomainExperts([GateExpert("new-e1", "new", table.get("new").centroid)])
+    assert candidates(0.1, only_new) == ([], False)  # no rival with an expert
+    with pytest.raises(ValueError, match="contest_gap"):
+        LikelihoodRouter(contest_gap=-0.1)
+
+
+@pytest.mark.slow
+def test_a_newcomer_does_not_take_a_document_an_older_expert_explains_better(trained) -> None:
+    """A new domain centred on one python file, served by the legal expert (as when a
+    neighbour's centroid comes nearer to an old domain's documents): the gate alone hands
+    the file to the newcomer; contested, the python expert keeps it."""
+    from router.records import DomainRecord
+    from router.table import DomainTable
+
+    whole = domain_texts("python_code", 1, skip=300)[0]
+    vector = trained.embedder.embed([whole])[0]
+    python = trained.domains.get("python_code")
+    table = DomainTable()
+    for domain in DOMAINS:
+        table.apply(trained.domains.get(domain))
+    rival = [round(float(x), 7) for x in vector]
+    table.apply(DomainRecord("rival", rival, python.threshold, 1, 1.0, label_hint="rival"))
+    store = trained.store
+    store.put("rival", store.get("legal"), "rival", rival)
+
+    def served(contest_gap: float) -> dict:
+        step = LikelihoodRouter(2, margin=0.25, separation=0.1, contest_gap=contest_gap)
+        server = ExpertServer(
+            trained.trunk, store, trained.embedder, Gate(top_k=1), table, likelihood=step
+        )
+        for expert_id in (*DOMAINS, "rival"):
+            outcome = server.register(store.manifest(expert_id).registration())
+            assert outcome.status == "registered", outcome
+        return server.score(whole, explain=True)
+
+    alone = served(0.0)
+    assert alone["domain"] == "rival" and alone["experts"] == {"rival": 1.0}
+    kept = served(float("inf"))
+    assert kept["domain"] == "python_code" and kept["experts"] == {"python_code": 1.0}, kept
+    assert kept["likelihood"]["contested"] and kept["likelihood"]["changed"]
+    assert "another domain claimed it too" in kept["explain"]["likelihood"]["why"]
