@@ -219,7 +219,7 @@ class DiscoverStage:
         :meth:`router.promotion.Promotion.belongs`.)"""
         row = self.table.get(domain_id)
         member_sims = self.clusterer.vectors[cand.members] @ np.asarray(row.centroid, np.float32)
-        return self.promotion.belongs(row, centroid_sim, cand, member_sims)
+        return self.promotion.belongs(row, centroid_sim, cand, member_sims, self._arrival_rate)
 
     def _assigned_quiet(self, domain_id: str, doc: dict, now: int) -> list[Emit]:
         """Count a document toward its domain's job without feeding the distance detector."""

@@ -91,10 +91,23 @@ class Promotion:
         # inside it); wait until the groups stand apart
         if ratio <= 0 or 0 < config.promote_claim_patience <= cand.stable:
             return True
+        if self.burst(cand, rate):
+            return True  # its claims are its own kind's loose documents
         return claims(cand, threshold) <= ratio * len(cand.members)
 
+    def burst(self, cand: Candidate, rate: Callable[[Candidate], float]) -> bool:
+        """Did the core's documents arrive as a burst (``promote_burst_rate``)? A kind that
+        arrives alone makes up most of the stream while it arrives; on a stream that mixes
+        dozens of kinds no core comes near that share."""
+        return 0 < self.config.promote_burst_rate <= rate(cand)
+
     def belongs(
-        self, row: DomainRecord, centroid_sim: float, cand: Candidate, member_sims: np.ndarray
+        self,
+        row: DomainRecord,
+        centroid_sim: float,
+        cand: Candidate,
+        member_sims: np.ndarray,
+        rate: Callable[[Candidate], float] | None = None,
     ) -> bool:
         """Is the core part of the known domain ``row`` rather than a new domain?
 
@@ -104,7 +117,8 @@ class Promotion:
         that share of the core's cohesion; a loose chain of known domains' tails), or when
         most of its members (cosines ``member_sims`` ``(m,)`` to the domain's centroid)
         would pass the domain's own threshold (a mode of the domain's tail, not something
-        new).
+        new), unless the core came as a burst (``rate(cand)``, see :meth:`burst`): a
+        known domain's tail arrives at a share of its domain's.
         """
         config = self.config
         if centroid_sim >= config.merge_similarity:
@@ -114,6 +128,8 @@ class Promotion:
             return True
         if centroid_sim < cand.cohesion:
             return False  # farther from the domain than its own members are from its centre
+        if rate is not None and self.burst(cand, rate):
+            return False
         bar = row.threshold + config.belong_level * (row.core_threshold - row.threshold)
         return float(np.median(member_sims)) >= bar
 
