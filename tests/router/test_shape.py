@@ -109,11 +109,14 @@ def _core(stage: DiscoverStage, toward_known: float, spread: float) -> Candidate
     rng = np.random.default_rng(0)
     centre = np.zeros(64, dtype=np.float32)
     centre[0], centre[1] = toward_known, np.sqrt(1 - toward_known**2)
+    for k in range(1000):  # the stream they arrived in: one document in 25 is theirs
+        stage.timeline.add((k, k))
     for i in range(40):
         noise = rng.normal(size=64).astype(np.float32)
         noise[:2] = 0
         vector = centre + spread * noise / np.linalg.norm(noise)
-        stage.clusterer.add(vector / np.linalg.norm(vector), {"doc_id": f"d{i}", "seq": i})
+        item = {"doc_id": f"d{i}", "seq": i, "entered": [25 * i, 25 * i]}
+        stage.clusterer.add(vector / np.linalg.norm(vector), item)
     members = list(range(40))
     vectors = stage.clusterer.vectors[members]
     centroid = vectors.mean(axis=0)
