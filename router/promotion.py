@@ -107,7 +107,7 @@ class Promotion:
         centroid_sim: float,
         cand: Candidate,
         member_sims: np.ndarray,
-        rate: Callable[[Candidate], float] | None = None,
+        rate: Callable[[Candidate], float],
     ) -> bool:
         """Is the core part of the known domain ``row`` rather than a new domain?
 
@@ -128,7 +128,7 @@ class Promotion:
             return True
         if centroid_sim < cand.cohesion:
             return False  # farther from the domain than its own members are from its centre
-        if rate is not None and self.burst(cand, rate):
+        if self.burst(cand, rate):
             return False
         bar = row.threshold + config.belong_level * (row.core_threshold - row.threshold)
         return float(np.median(member_sims)) >= bar

@@ -70,7 +70,6 @@ def test_a_burst_is_no_known_domains_tail_by_the_level_test():
     row = DomainRecord("dom-a", [1.0] + [0.0] * 7, 0.2, 50, 0.5, core_threshold=0.4)
     core = _core(3)
     member_sims = np.full(50, 0.35, dtype=np.float32)  # above the bar 0.3
-    assert policy.belongs(row, 0.65, core, member_sims)
     assert policy.belongs(row, 0.65, core, member_sims, rate=lambda c: 0.05)
     assert not policy.belongs(row, 0.65, core, member_sims, rate=lambda c: 0.5)
     assert policy.belongs(row, 0.9, core, member_sims, rate=lambda c: 0.5)  # merge_similarity
