@@ -29,10 +29,10 @@ documents against the table and experts without that label's; share served by an
 expert, mean over labels), ``reranked_N`` (share of texts the likelihood step scored).
 The loss of every text under the trunk and under every expert is computed once, so
 ``--grid FILE`` writes the same figures for a grid of settings (candidates x margin x
-separation x max_tokens x contest_gap) without another forward; the JSON line reports the
-one chosen (``--set``, else the router's defaults). ``likelihood_ms`` is the measured extra forward of one
-re-ranked request (1 + candidates rows), beside ``score_ms``, a request's own scoring
-forward (one row of the same text).
+separation x max_tokens x contest_gap x incumbent) without another forward; the JSON line
+reports the one chosen (``--set``, else the router's defaults). ``likelihood_ms`` is the
+measured extra forward of one re-ranked request (1 + candidates rows), beside
+``score_ms``, a request's own scoring forward (one row of the same text).
 
 ``--sizes 8,16,32,42`` measures the same as the library grows (``curve``): for each size
 K, the first K labels of one seeded order (each size holds the smaller ones, as
@@ -72,7 +72,7 @@ from route_recall import build_table, gate_cost_us, key, split, subtable  # noqa
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from experts.expert import Expert, ExpertConfig  # noqa: E402
-from experts.likelihood_routing import LikelihoodRouter, choose, tied  # noqa: E402
+from experts.likelihood_routing import LikelihoodRouter, tied  # noqa: E402
 from experts.mixture import Mixture  # noqa: E402
 from experts.trunk import load_trunk  # noqa: E402
 from ingest.scenario import Scenario  # noqa: E402
@@ -94,6 +94,7 @@ GRID = {
     "separation": (0.0, 0.25, 0.5, 0.6, 0.75, 1.0, 1.25),
     "max_tokens": (32, 64),
     "contest_gap": (0.0, 0.02, 0.05, 0.1, float("inf")),
+    "incumbent": (True, False),
 }
 SETTINGS = (*GRID, "mix_margin")  # --set FIELD=VALUE; the grid keeps the default mix_margin
 
@@ -164,7 +165,7 @@ def reroute(router, gate, vector, table, experts, decision, losses, column) -> t
         return (decision.domain_id if decision.weights else None), False
     mean = np.nanmean(head, axis=1)  # (1 + L,)
     scored = {d: float(mean[column[d]]) for d in names}
-    chosen = choose(decision.domain_id, float(mean[0]), scored, router.margin, router.separation)
+    chosen = router.choose(decision.domain_id, float(mean[0]), scored, table)
     if chosen is None and decision.domain_id is None:
         mix = tied(float(mean[0]), scored, router.mix_margin, router.separation, router.mix_top)
         if mix:
@@ -442,12 +443,17 @@ def main(argv: list[str] | None = None) -> int:
         field, _, value = item.partition("=")
         if field not in SETTINGS:
             parser.error(f"unknown setting {field!r}: one of {sorted(SETTINGS)}")
-        chosen[field] = int(value) if field in ("candidates", "max_tokens") else float(value)
+        if field == "incumbent":
+            chosen[field] = value.lower() in ("1", "true", "yes")
+        else:
+            chosen[field] = int(value) if field in ("candidates", "max_tokens") else float(value)
     shipped = LikelihoodRouter(**chosen)
     routers = {"ours": shipped}
     if args.grid is not None:
-        for c, m, s, t, g in itertools.product(*GRID.values()):
-            routers[f"c{c}_m{m}_s{s}_t{t}_g{g}"] = LikelihoodRouter(c, m, s, t, contest_gap=g)
+        for c, m, s, t, g, i in itertools.product(*GRID.values()):
+            routers[f"c{c}_m{m}_s{s}_t{t}_g{g}_i{int(i)}"] = LikelihoodRouter(
+                c, m, s, t, contest_gap=g, incumbent=i
+            )
 
     config = RouterConfig()
     embedder = default_embedder(config)

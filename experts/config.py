@@ -93,6 +93,11 @@ class ExpertsConfig:
         unit="cosine",
         range=">= 0",
     )
+    gate_likelihood_incumbent: bool = setting(
+        True,
+        help="a newer domain's expert takes a text from an older one only by explaining it "
+        "better by margin and separation, never by a tie (false: all candidates at once)",
+    )
     serve_host: str = setting(
         "127.0.0.1", help="HTTP API address (loopback unless you mean to expose it)"
     )

@@ -16,6 +16,10 @@ best     the candidate with the lowest L_d
 take it  if L0 - L_best >= margin (nats per token), L_second - L_best >= separation
          (no other candidate's expert explains it about as well), and, when the
          embedding rule chose another domain that has an expert, L_that - L_best >= margin;
+oldest   with incumbency (the default), the candidates are taken oldest domain first
+         and a newer one changes the decision only by winning it outright by the rules
+         above: a text an older expert explains keeps it when a newcomer explains it about
+         as well (never back to the trunk or a mix because a neighbour arrived)
 mix them if the embedding rule left the text on the trunk (novel) and the candidates
          within separation of the best (at most `mix_top`) each beat the trunk by
          mix_margin or more: the text is clearly one the library explains, just not one
@@ -53,7 +57,7 @@ True
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +99,30 @@ def choose(
     if embedding_domain in losses and losses[embedding_domain] - losses[best] < margin:
         return embedding_domain  # the embedding's pick is about as good: it stands
     return best
+
+
+def choose_keeping(
+    embedding_domain: str | None,
+    trunk_loss: float,
+    losses: Mapping[str, float],
+    margin: float,
+    separation: float,
+    order: Sequence[str],
+) -> str | None:
+    """:func:`choose` with incumbency: the candidates arrive in ``order`` (oldest domain
+    first) and a newcomer changes the decision only by winning it outright under
+    :func:`choose`'s rule. A text that an older candidate's expert took, or that stayed
+    with an older candidate, keeps it when a newer expert explains it about as well: it
+    never falls back to the embedding's decision or a tie because a neighbour arrived
+    (forgetting through routing, docs/experts.md)."""
+    current, seen = embedding_domain, {}
+    for newcomer in order:
+        seen[newcomer] = losses[newcomer]
+        decided = choose(embedding_domain, trunk_loss, seen, margin, separation)
+        if current in seen and current != newcomer and decided != newcomer:
+            continue  # the incumbent keeps the text
+        current = decided
+    return current
 
 
 def tied(
@@ -154,6 +182,10 @@ class LikelihoodRouter:
         below the nearest (0: never; inf: any such domain). Its candidates are the nearest
         domain (if it has an expert) and those rivals; overriding the nearest needs
         ``margin`` over its expert, as for any embedding decision.
+    incumbent : bool
+        Decide with :func:`choose_keeping` (candidates oldest domain first, by the rows'
+        ``created_ms``): a newer domain's expert takes a text only by winning it outright.
+        False: :func:`choose` over all candidates at once.
     """
 
     candidates: int = 8
@@ -163,6 +195,7 @@ class LikelihoodRouter:
     mix_margin: float = 3.0
     mix_top: int = 2
     contest_gap: float = 0.0
+    incumbent: bool = True
 
     def __post_init__(self) -> None:
         if (
@@ -224,6 +257,27 @@ class LikelihoodRouter:
         contested = [nearest, *rivals] if experts.of(ids[nearest]) is not None else rivals
         return [ids[i] for i in contested[: self.candidates]], True
 
+    def choose(
+        self,
+        embedding_domain: str | None,
+        trunk_loss: float,
+        scored: Mapping[str, float],
+        domains: DomainTable,
+    ) -> str | None:
+        """The domain chosen from the candidates' losses ``scored`` (module docstring);
+        with ``incumbent``, the candidates oldest first (the rows' ``created_ms``)."""
+        if not self.incumbent:
+            return choose(embedding_domain, trunk_loss, scored, self.margin, self.separation)
+
+        def age(domain_id: str) -> tuple[int, str]:
+            row = domains.get(domain_id)
+            return (0 if row is None else row.created_ms, domain_id)
+
+        order = sorted(scored, key=age)
+        return choose_keeping(
+            embedding_domain, trunk_loss, scored, self.margin, self.separation, order
+        )
+
     def rerank(
         self,
         mixture: Mixture | BatchedMixture,
@@ -252,7 +306,7 @@ class LikelihoodRouter:
             losses, _ = mixture.token_losses(batch, None, rows)  # (1 + C, T-1)
         mean = losses.mean(dim=1).tolist()  # (1 + C,)
         scored = dict(zip(names, mean[1:], strict=True))
-        chosen = choose(decision.domain_id, mean[0], scored, self.margin, self.separation)
+        chosen = self.choose(decision.domain_id, mean[0], scored, domains)
         mix = []
         if chosen is None and decision.domain_id is None:
             mix = tied(mean[0], scored, self.mix_margin, self.separation, self.mix_top)
@@ -289,4 +343,5 @@ def likelihood_router(section: Any) -> LikelihoodRouter | None:
         section.gate_likelihood_max_tokens,
         section.gate_likelihood_mix_margin,
         contest_gap=section.gate_likelihood_contest_gap,
+        incumbent=section.gate_likelihood_incumbent,
     )

@@ -46,6 +46,7 @@ def with_rerank(
         verdict = f"it moved the text to {shown(chosen.domain_id, domains.get(chosen.domain_id))}"
     else:
         verdict = "no candidate's expert was clearly better: the gate's decision stands"
+    reason = "another domain claimed it too" if seen.get("contested") else "the gate was unsure"
     why = {
         **why,
         "likelihood": {
@@ -53,8 +54,7 @@ def with_rerank(
             "margin": step.margin,
             "separation": step.separation,
             "mix_margin": step.mix_margin,
-            "why": f"{'another domain claimed it too' if seen.get('contested') else 'the gate was unsure'}; "
-            "the likelihood step scored the candidates' experts "
+            "why": f"{reason}; the likelihood step scored the candidates' experts "
             f"(mean loss per token: trunk {seen['trunk_loss']:.3f}; {losses}): {verdict}",
         },
     }

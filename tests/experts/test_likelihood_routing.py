@@ -11,6 +11,7 @@ from experts.config import ExpertsConfig
 from experts.likelihood_routing import (
     LikelihoodRouter,
     choose,
+    choose_keeping,
     likelihood_router,
     mixed_weights,
     tied,
@@ -139,6 +140,55 @@ def test_choose_keeps_the_embedding_decision_unless_an_expert_is_clearly_better(
         LikelihoodRouter(margin=-1.0)
 
 
+def test_a_newer_expert_takes_a_text_only_by_winning_it_outright() -> None:
+    """Incumbency: python (older) explains a text that legal (newer) explains about as
+    well; all at once the tie sends it back to the trunk, with incumbency python keeps it."""
+    tie = {"python": 5.0, "legal": 4.8}
+    assert choose(None, 6.0, tie, 0.5, separation=0.6) is None
+    assert choose_keeping(None, 6.0, tie, 0.5, 0.6, ["python", "legal"]) == "python"
+    assert choose_keeping(None, 6.0, tie, 0.5, 0.6, ["legal", "python"]) == "legal"
+    clear = {"python": 5.0, "legal": 4.3}
+    assert choose_keeping(None, 6.0, clear, 0.5, 0.6, ["python", "legal"]) == "legal"
+    weak = {"python": 5.8, "legal": 5.7}  # neither clearly below the trunk
+    assert choose_keeping(None, 6.0, weak, 0.5, 0.6, ["python", "legal"]) is None
+    assert choose_keeping("a", 6.0, {"a": 5.2, "b": 5.0}, 0.5, 0.0, ["a", "b"]) == "a"
+
+
+def test_adding_the_newest_candidate_changes_a_decision_only_to_the_newcomer() -> None:
+    """The guarantee behind incumbency, on random losses: with one candidate more (the
+    newest), the decision is the one before or the newcomer, never a fallback."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    changed = 0
+    for _ in range(3000):
+        k = int(rng.integers(1, 6))
+        order = [f"d{i}" for i in range(k)]
+        losses = {d: float(rng.uniform(3.0, 6.5)) for d in order}
+        embedding = rng.choice([None, "d0", f"d{k - 1}", "x"])
+        margin, separation = float(rng.uniform(0, 1)), float(rng.uniform(0, 1))
+        before = choose_keeping(embedding, 6.0, losses, margin, separation, order[:-1])
+        after = choose_keeping(embedding, 6.0, losses, margin, separation, order)
+        assert after in (before, order[-1]), (embedding, losses, margin, separation)
+        changed += after != before
+        if k == 1:
+            assert after == choose(embedding, 6.0, losses, margin, separation)
+    assert changed > 100  # newcomers do win texts outright
+
+
+def test_the_router_orders_candidates_by_their_domains_age() -> None:
+    from router.records import DomainRecord
+    from router.table import DomainTable
+
+    table = DomainTable()
+    table.apply(DomainRecord("python", [1.0, 0.0], 0.5, 50, 0.9, created_ms=1_000))
+    table.apply(DomainRecord("legal", [0.0, 1.0], 0.5, 50, 0.9, created_ms=2_000))
+    tie = {"legal": 4.8, "python": 5.0}
+    assert LikelihoodRouter().choose(None, 6.0, tie, table) == "python"
+    assert LikelihoodRouter(incumbent=False).choose(None, 6.0, tie, table) is None
+    assert likelihood_router(ExpertsConfig(gate_likelihood_incumbent=False)).incumbent is False
+
+
 def test_tied_candidates_are_mixed_only_when_each_clearly_beats_the_trunk() -> None:
     assert tied(10.0, {"a": 6.0, "b": 6.5}, mix_margin=3.0, separation=0.6) == ["a", "b"]
     assert tied(10.0, {"a": 6.0, "b": 7.5}, mix_margin=3.0, separation=0.6) == []  # b too weak
@@ -154,10 +204,11 @@ def test_tied_candidates_are_mixed_only_when_each_clearly_beats_the_trunk() -> N
 @pytest.mark.slow
 def test_a_novel_prompt_two_experts_explain_alike_gets_their_mix(trained, monkeypatch) -> None:
     """Everything counts as tied here (separation 100), and mixing needs only that each
-    expert beats the trunk (mix_margin 0): the prompts the step leaves novel are mixed
+    expert beats the trunk (mix_margin 0), candidates all at once (no incumbency): the prompts the step leaves novel are mixed
     exactly when both experts are below the trunk's loss, and never with mixing off."""
     prompts = [doc[:40] for doc in domain_texts("legal", 60, skip=200)]
-    mixing = LikelihoodRouter(2, margin=0.25, separation=100.0, mix_margin=0.0)
+    # without incumbency: with it, the older expert keeps a text both explain alike
+    mixing = LikelihoodRouter(2, 0.25, separation=100.0, mix_margin=0.0, incumbent=False)
     monkeypatch.setattr(trained, "likelihood", mixing)
     novel = [p for p in prompts if _embedding_decision(trained, p).domain_id is None]
     served = [trained.score(p) for p in novel]
