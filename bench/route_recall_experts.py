@@ -140,6 +140,12 @@ def train_experts(trunk, stream: Scenario, labels, steps: int, docs: int, cache:
     return experts, outcomes
 
 
+def gate_expert(table, domain_id: str) -> GateExpert:
+    """The domain's one expert (id = the domain's), registered when the domain was promoted."""
+    row = table.get(domain_id)
+    return GateExpert(domain_id, domain_id, row.centroid, row.created_ms)
+
+
 def losses_per_text(trunk, mixture: Mixture, texts, labels) -> np.ndarray:
     """``(N, 1 + L, SCORED_TOKENS - 1)`` per-token losses of each text's head under the
     trunk (row 0) and each label's expert (rows 1..L); NaN past a text's end."""
@@ -165,7 +171,7 @@ def reroute(router, gate, vector, table, experts, decision, losses, column) -> t
         return (decision.domain_id if decision.weights else None), False
     mean = np.nanmean(head, axis=1)  # (1 + L,)
     scored = {d: float(mean[column[d]]) for d in names}
-    chosen = router.choose(decision.domain_id, float(mean[0]), scored, table)
+    chosen = router.choose(decision.domain_id, float(mean[0]), scored, experts)
     if chosen is None and decision.domain_id is None:
         mix = tied(float(mean[0]), scored, router.mix_margin, router.separation, router.mix_top)
         if mix:
@@ -180,7 +186,8 @@ def measure(trunk, table, held, embedder, gate, experts_by_label, routers, dump=
     labels = sorted(set(label_of.values()))
     # labels with a domain whose expert was not worth it: the trunk serves them
     trunk_labels = sorted({r.label_hint for r in rows if r.label_hint in held} - set(labels))
-    gate_experts = [GateExpert(d, d, table.get(d).centroid) for d in sorted(label_of)]
+    # registered in promotion order: the likelihood step's incumbency follows it
+    gate_experts = [gate_expert(table, d) for d in sorted(label_of)]
     everyone = DomainExperts(gate_experts)
     column = {d: 1 + labels.index(label_of[d]) for d in label_of}  # domain -> loss row
     mixture = Mixture(trunk, {label: experts_by_label[label] for label in labels})
@@ -322,7 +329,7 @@ def cost(trunk, embedder, gate, table, held, experts_by_label, router, count: in
     label_of = {r.domain_id: r.label_hint for r in rows if r.label_hint in experts_by_label}
     labels = sorted(set(label_of.values()))
     column = {d: 1 + labels.index(label_of[d]) for d in label_of}
-    everyone = DomainExperts(GateExpert(d, d, table.get(d).centroid) for d in sorted(label_of))
+    everyone = DomainExperts(gate_expert(table, d) for d in sorted(label_of))
     mixture = Mixture(trunk, {d: experts_by_label[label] for d, label in label_of.items()})
     by_label = Mixture(trunk, {label: experts_by_label[label] for label in labels})
     texts = [d.text[:256] for label in labels for d in held[label]]

@@ -12,11 +12,12 @@ training documents (``bench/route_recall_experts.py``'s ``train_experts``, ``--c
 shared with it); every domain of a label is served by that label's expert (in the loop a
 split domain trains its own). Step i of the replay is the table of the first i domains in
 promotion order (the final rows: centroids and thresholds as the run ended) with their
-experts, as the monitor sees it after the i-th registration. At each step every held-out
-document of a label that has a domain is routed as serving routes it (``Gate.decide`` with
-its length, then :meth:`LikelihoodRouter.rerank`, the serving path itself, on cached
-forwards), and its loss is the mean next-token loss of its first ``--tokens`` tokens
-(the monitor's ``max_tokens``) under what serves it.
+experts, as the monitor sees it after the i-th registration (``--lag L``: the table also
+holds the next L domains, promoted but still waiting for their experts, as in the loop).
+At each step every held-out document of a label that has a domain is routed as serving
+routes it (``Gate.decide`` with its length, then :meth:`LikelihoodRouter.rerank`, the
+serving path itself, on cached forwards), and its loss is the mean next-token loss of its
+first ``--tokens`` tokens (the monitor's ``max_tokens``) under what serves it.
 
 A label is old from its first domain's step on (as the monitor counts a domain old after
 its own expert, or from the start for one the trunk serves). Its rise at a step is its mean
@@ -111,7 +112,7 @@ def served_loss(cached: CachedLosses, ids: list[int], weights: dict) -> float:
     return float(losses.mean())
 
 
-def replay(rows, label_of, held, embedder, cached, tokenizer, rules, tokens: int) -> dict:
+def replay(rows, label_of, held, embedder, cached, tokenizer, rules, tokens, lag=0) -> dict:
     """Per rule: each old label's mean held-out loss at every step, and the final routing."""
     gate = Gate()
     docs = [(label, d.text) for label in sorted(held) for d in held[label]]
@@ -124,10 +125,10 @@ def replay(rows, label_of, held, embedder, cached, tokenizer, rules, tokens: int
     serving = {name: [] for name in rules}  # rule -> per step {doc: what served it}
     final = {}
     for step in tqdm(range(len(rows)), desc="registrations", unit="step", leave=False):
-        table = subtable(rows[: step + 1])
+        table = subtable(rows[: step + 1 + lag])  # lag domains wait for their experts
         experts = DomainExperts(
-            GateExpert(expert_id(label_of[r.domain_id], r.domain_id), r.domain_id, r.centroid)
-            for r in rows[: step + 1]
+            GateExpert(expert_id(label_of[r.domain_id], r.domain_id), r.domain_id, r.centroid, i)
+            for i, r in enumerate(rows[: step + 1])
             if r.domain_id in label_of
         )
         present = [i for i, (label, _) in enumerate(docs) if first_step.get(label, 1e9) <= step]
@@ -235,6 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=128, help="tokens scored per document")
     parser.add_argument("--heldout-per-label", type=int, default=32, help="as the monitor's")
     parser.add_argument("--gaps", default="0.02,0.05,0.1", help="contest gaps to compare")
+    parser.add_argument(
+        "--lag",
+        type=int,
+        default=0,
+        help="domains promoted ahead of their experts: step i's table holds the first i + 1 "
+        "+ LAG domains, its experts the first i + 1 (in the loop a domain waits for its job)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     start = time.perf_counter()
@@ -272,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     for gap in [float(g) for g in args.gaps.split(",") if g]:
         rules[f"contest_{gap:g}"] = LikelihoodRouter(**{**shipped, "contest_gap": gap})
-    result = replay(rows, label_of, held, embedder, cached, trunk.tokenizer, rules, args.tokens)
+    result = replay(
+        rows, label_of, held, embedder, cached, trunk.tokenizer, rules, args.tokens, args.lag
+    )
     line = {
         "bench": "routing_forgetting",
         "corpus": str(args.corpus or "data/corpus"),
@@ -283,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         "experts_not_worth_it": sorted(k for k, v in outcomes.items() if v != "finished"),
         "heldout_docs": len(result["docs"]),
         "tokens": args.tokens,
+        "lag": args.lag,
         "likelihood_defaults": shipped,
         "rules": {name: figures(result, rows, label_of, name) for name in rules},
         "forwards": cached.forwards,

@@ -16,8 +16,9 @@ best     the candidate with the lowest L_d
 take it  if L0 - L_best >= margin (nats per token), L_second - L_best >= separation
          (no other candidate's expert explains it about as well), and, when the
          embedding rule chose another domain that has an expert, L_that - L_best >= margin;
-oldest   with incumbency (the default), the candidates are taken oldest domain first
-         and a newer one changes the decision only by winning it outright by the rules
+oldest   with incumbency (the default), the candidates are taken in the order their
+         first expert was registered, and a newer one changes the decision only by
+         winning it outright by the rules
          above: a text an older expert explains keeps it when a newcomer explains it about
          as well (never back to the trunk or a mix because a neighbour arrived)
 mix them if the embedding rule left the text on the trunk (novel) and the candidates
@@ -109,7 +110,7 @@ def choose_keeping(
     separation: float,
     order: Sequence[str],
 ) -> str | None:
-    """:func:`choose` with incumbency: the candidates arrive in ``order`` (oldest domain
+    """:func:`choose` with incumbency: the candidates arrive in ``order`` (oldest expert
     first) and a newcomer changes the decision only by winning it outright under
     :func:`choose`'s rule. A text that an older candidate's expert took, or that stayed
     with an older candidate, keeps it when a newer expert explains it about as well: it
@@ -183,8 +184,8 @@ class LikelihoodRouter:
         domain (if it has an expert) and those rivals; overriding the nearest needs
         ``margin`` over its expert, as for any embedding decision.
     incumbent : bool
-        Decide with :func:`choose_keeping` (candidates oldest domain first, by the rows'
-        ``created_ms``): a newer domain's expert takes a text only by winning it outright.
+        Decide with :func:`choose_keeping` (candidates in the order their first expert was
+        registered): a newer expert takes a text only by winning it outright.
         False: :func:`choose` over all candidates at once.
     """
 
@@ -262,18 +263,15 @@ class LikelihoodRouter:
         embedding_domain: str | None,
         trunk_loss: float,
         scored: Mapping[str, float],
-        domains: DomainTable,
+        experts: DomainExperts,
     ) -> str | None:
         """The domain chosen from the candidates' losses ``scored`` (module docstring);
-        with ``incumbent``, the candidates oldest first (the rows' ``created_ms``)."""
+        with ``incumbent``, the candidates in the order their first expert was registered
+        (not the order the domains were promoted: a domain promoted early may get its
+        expert late, and must not take what an expert registered before it serves)."""
         if not self.incumbent:
             return choose(embedding_domain, trunk_loss, scored, self.margin, self.separation)
-
-        def age(domain_id: str) -> tuple[int, str]:
-            row = domains.get(domain_id)
-            return (0 if row is None else row.created_ms, domain_id)
-
-        order = sorted(scored, key=age)
+        order = sorted(scored, key=lambda d: (experts.since(d), d))
         return choose_keeping(
             embedding_domain, trunk_loss, scored, self.margin, self.separation, order
         )
@@ -306,7 +304,7 @@ class LikelihoodRouter:
             losses, _ = mixture.token_losses(batch, None, rows)  # (1 + C, T-1)
         mean = losses.mean(dim=1).tolist()  # (1 + C,)
         scored = dict(zip(names, mean[1:], strict=True))
-        chosen = self.choose(decision.domain_id, mean[0], scored, domains)
+        chosen = self.choose(decision.domain_id, mean[0], scored, experts)
         mix = []
         if chosen is None and decision.domain_id is None:
             mix = tied(mean[0], scored, self.mix_margin, self.separation, self.mix_top)

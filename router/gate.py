@@ -131,8 +131,10 @@ class DomainExperts:
             seen.add(expert.expert_id)
             grouped.setdefault(expert.domain_id, []).append(expert)
         self._index: dict[str, CentroidIndex] = {}
+        self._since: dict[str, int] = {}
         for domain_id, members in sorted(grouped.items()):
             members.sort(key=lambda e: (-e.created_ms, e.expert_id))
+            self._since[domain_id] = min(e.created_ms for e in members)
             self._index[domain_id] = CentroidIndex(
                 [e.expert_id for e in members], [list(e.centroid) for e in members]
             )
@@ -148,6 +150,10 @@ class DomainExperts:
     def of(self, domain_id: str | None) -> CentroidIndex | None:
         """The domain's experts (newest first), or None when it has none."""
         return None if domain_id is None else self._index.get(domain_id)
+
+    def since(self, domain_id: str) -> int:
+        """When the domain's first expert was registered (``created_ms``; 0: unknown)."""
+        return self._since.get(domain_id, 0)
 
     def domains(self) -> list[str]:
         return list(self._index)

@@ -176,16 +176,31 @@ def test_adding_the_newest_candidate_changes_a_decision_only_to_the_newcomer() -
     assert changed > 100  # newcomers do win texts outright
 
 
-def test_the_router_orders_candidates_by_their_domains_age() -> None:
-    from router.records import DomainRecord
-    from router.table import DomainTable
+def test_the_router_orders_candidates_by_their_first_experts_registration() -> None:
+    """Age is the expert's, not the domain's: legal's domain was promoted first but its
+    expert arrived after python's, so python's expert keeps a tied text (the many-domain
+    demo lost half of an old domain's documents to a domain promoted early whose expert
+    came late, when the domain's promotion time decided)."""
+    from router.gate import DomainExperts, GateExpert
 
-    table = DomainTable()
-    table.apply(DomainRecord("python", [1.0, 0.0], 0.5, 50, 0.9, created_ms=1_000))
-    table.apply(DomainRecord("legal", [0.0, 1.0], 0.5, 50, 0.9, created_ms=2_000))
+    experts = DomainExperts(
+        [
+            GateExpert("python-e1", "python", [1.0, 0.0], created_ms=2_000),
+            GateExpert("legal-e1", "legal", [0.0, 1.0], created_ms=3_000),
+            GateExpert("legal-e2", "legal", [0.0, 1.0], created_ms=1_500),  # a drift expert
+        ]
+    )
+    assert experts.since("legal") == 1_500 and experts.since("python") == 2_000
     tie = {"legal": 4.8, "python": 5.0}
-    assert LikelihoodRouter().choose(None, 6.0, tie, table) == "python"
-    assert LikelihoodRouter(incumbent=False).choose(None, 6.0, tie, table) is None
+    assert LikelihoodRouter().choose(None, 6.0, tie, experts) == "legal"
+    late = DomainExperts(
+        [
+            GateExpert("python-e1", "python", [1.0, 0.0], created_ms=2_000),
+            GateExpert("legal-e1", "legal", [0.0, 1.0], created_ms=3_000),
+        ]
+    )
+    assert LikelihoodRouter().choose(None, 6.0, tie, late) == "python"
+    assert LikelihoodRouter(incumbent=False).choose(None, 6.0, tie, late) is None
     assert likelihood_router(ExpertsConfig(gate_likelihood_incumbent=False)).incumbent is False
 
 
@@ -204,8 +219,9 @@ def test_tied_candidates_are_mixed_only_when_each_clearly_beats_the_trunk() -> N
 @pytest.mark.slow
 def test_a_novel_prompt_two_experts_explain_alike_gets_their_mix(trained, monkeypatch) -> None:
     """Everything counts as tied here (separation 100), and mixing needs only that each
-    expert beats the trunk (mix_margin 0), candidates all at once (no incumbency): the prompts the step leaves novel are mixed
-    exactly when both experts are below the trunk's loss, and never with mixing off."""
+    expert beats the trunk (mix_margin 0), candidates all at once (no incumbency): the
+    prompts the step leaves novel are mixed exactly when both experts are below the
+    trunk's loss, and never with mixing off."""
     prompts = [doc[:40] for doc in domain_texts("legal", 60, skip=200)]
     # without incumbency: with it, the older expert keeps a text both explain alike
     mixing = LikelihoodRouter(2, 0.25, separation=100.0, mix_margin=0.0, incumbent=False)
