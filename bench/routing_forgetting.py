@@ -34,7 +34,8 @@ Rules: ``gate`` (the length-aware gate alone), ``likelihood`` (the shipped likel
 for unsure texts, with incumbency: a newer expert takes a text only by winning it
 outright), ``likelihood_all_at_once`` (the same without incumbency: every candidate at
 once, the rule before it) and ``contest_G`` for each gap of ``--gaps`` (the shipped step,
-also for texts another domain with an expert contests within G).
+also for texts another domain with an expert contests within G) and ``contest_waiting``
+(the shipped step, also for texts the route stage gives a domain without an expert).
 
 Usage::
 
@@ -272,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         max_tokens=defaults.gate_likelihood_max_tokens,
         mix_margin=defaults.gate_likelihood_mix_margin,
         contest_gap=defaults.gate_likelihood_contest_gap,
+        contest_waiting=defaults.gate_likelihood_contest_waiting,
     )
     rules: dict[str, LikelihoodRouter | None] = {
         "gate": None,
@@ -280,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for gap in [float(g) for g in args.gaps.split(",") if g]:
         rules[f"contest_{gap:g}"] = LikelihoodRouter(**{**shipped, "contest_gap": gap})
+    rules["contest_waiting"] = LikelihoodRouter(**{**shipped, "contest_waiting": True})
     result = replay(
         rows, label_of, held, embedder, cached, trunk.tokenizer, rules, args.tokens, args.lag
     )

@@ -93,6 +93,12 @@ class ExpertsConfig:
         unit="cosine",
         range=">= 0",
     )
+    gate_likelihood_contest_waiting: bool = setting(
+        False,
+        help="a text the route stage gives a domain without an expert (yet) is re-ranked "
+        "among the other domains with an expert that reach their own threshold, whatever "
+        "the contest gap (bench/routing_forgetting.py --lag)",
+    )
     gate_likelihood_incumbent: bool = setting(
         True,
         help="a newer domain's expert takes a text from an older one only by explaining it "

@@ -183,6 +183,11 @@ class LikelihoodRouter:
         below the nearest (0: never; inf: any such domain). Its candidates are the nearest
         domain (if it has an expert) and those rivals; overriding the nearest needs
         ``margin`` over its expert, as for any embedding decision.
+    contest_waiting : bool
+        A text the route stage's rule assigns to a domain without an expert (one still
+        waiting for its first job, or one the trunk serves) is contested by every other
+        domain with an expert that reaches its own threshold, whatever ``contest_gap``:
+        its expert keeps the text if it beats the trunk by ``margin``.
     incumbent : bool
         Decide with :func:`choose_keeping` (candidates in the order their first expert was
         registered): a newer expert takes a text only by winning it outright.
@@ -197,6 +202,7 @@ class LikelihoodRouter:
     mix_top: int = 2
     contest_gap: float = 0.0
     incumbent: bool = True
+    contest_waiting: bool = False
 
     def __post_init__(self) -> None:
         if (
@@ -246,11 +252,15 @@ class LikelihoodRouter:
         if sims[nearest] < thresholds[nearest]:
             names = [ids[i] for i in order[: self.candidates] if experts.of(ids[i]) is not None]
             return names, False
+        # a domain still waiting for its expert is contested at any gap (contest_waiting)
+        gap = self.contest_gap
+        if self.contest_waiting and experts.of(ids[nearest]) is None:
+            gap = float("inf")
         rivals = [
             i
             for i in order[1:]
             if sims[i] >= thresholds[i]
-            and sims[nearest] - sims[i] <= self.contest_gap
+            and sims[nearest] - sims[i] <= gap
             and experts.of(ids[i]) is not None
         ]
         if not rivals:
@@ -342,4 +352,5 @@ def likelihood_router(section: Any) -> LikelihoodRouter | None:
         section.gate_likelihood_mix_margin,
         contest_gap=section.gate_likelihood_contest_gap,
         incumbent=section.gate_likelihood_incumbent,
+        contest_waiting=section.gate_likelihood_contest_waiting,
     )

@@ -299,6 +299,28 @@ def test_an_assigned_text_is_contested_only_by_a_rival_that_reaches_its_own_thre
         LikelihoodRouter(contest_gap=-0.1)
 
 
+def test_a_domain_waiting_for_its_expert_is_contested_at_any_gap():
+    """The text is nearest to 'new', whose expert has not come yet: with contest_waiting,
+    'old' (inside its own threshold, 0.08 below) is scored whatever the gap; 'far' is not
+    (outside its threshold)."""
+    from router.gate import DomainExperts, GateExpert
+
+    table, text = _contest_table()
+    only_old = DomainExperts([GateExpert("old-e1", "old", table.get("old").centroid)])
+    decision = Gate().decide(text, table, only_old)
+    assert decision.domain_id == "new" and decision.weights == {}  # the trunk serves it
+
+    def candidates(**kw):
+        return LikelihoodRouter(**kw).candidates_of(text, table, only_old, decision)
+
+    assert candidates() == ([], False)
+    assert candidates(contest_waiting=True) == (["old"], True)
+    both = DomainExperts(GateExpert(f"{d}-e1", d, table.get(d).centroid) for d in ("old", "new"))
+    served = Gate().decide(text, table, both)
+    step = LikelihoodRouter(contest_waiting=True)
+    assert step.candidates_of(text, table, both, served) == ([], False)  # it has one now
+
+
 @pytest.mark.slow
 def test_a_newcomer_does_not_take_a_document_an_older_expert_explains_better(trained) -> None:
     """A new domain centred on one python file, served by the legal expert (as when a
