@@ -50,6 +50,7 @@ import logging
 import sys
 import time
 from collections import Counter
+from dataclasses import asdict, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,7 +63,7 @@ from route_recall_experts import add_library_arguments, train_experts  # noqa: E
 from tqdm import tqdm  # noqa: E402
 
 from experts.config import ExpertsConfig  # noqa: E402
-from experts.likelihood_routing import LikelihoodRouter  # noqa: E402
+from experts.likelihood_routing import LikelihoodRouter, likelihood_router  # noqa: E402
 from experts.mixture import Mixture  # noqa: E402
 from experts.trunk import load_trunk  # noqa: E402
 from ingest.scenario import Scenario  # noqa: E402
@@ -265,24 +266,15 @@ def main(argv: list[str] | None = None) -> int:
     held = {label: held[label] for label in labels}
     by_domain = {expert_id(label, d): trained[label] for d, label in label_of.items()}
     cached = CachedLosses(Mixture(trunk, by_domain))
-    defaults = ExpertsConfig()
-    shipped = dict(
-        candidates=defaults.gate_likelihood_candidates,
-        margin=defaults.gate_likelihood_margin,
-        separation=defaults.gate_likelihood_separation,
-        max_tokens=defaults.gate_likelihood_max_tokens,
-        mix_margin=defaults.gate_likelihood_mix_margin,
-        contest_gap=defaults.gate_likelihood_contest_gap,
-        contest_waiting=defaults.gate_likelihood_contest_waiting,
-    )
+    shipped = likelihood_router(ExpertsConfig())  # the defaults, as serving builds them
     rules: dict[str, LikelihoodRouter | None] = {
         "gate": None,
-        "likelihood_all_at_once": LikelihoodRouter(**shipped, incumbent=False),
-        "likelihood": LikelihoodRouter(**shipped),
+        "likelihood_all_at_once": replace(shipped, incumbent=False),
+        "likelihood": shipped,
     }
     for gap in [float(g) for g in args.gaps.split(",") if g]:
-        rules[f"contest_{gap:g}"] = LikelihoodRouter(**{**shipped, "contest_gap": gap})
-    rules["contest_waiting"] = LikelihoodRouter(**{**shipped, "contest_waiting": True})
+        rules[f"contest_{gap:g}"] = replace(shipped, contest_gap=gap)
+    rules["contest_waiting"] = replace(shipped, contest_waiting=True)
     result = replay(
         rows, label_of, held, embedder, cached, trunk.tokenizer, rules, args.tokens, args.lag
     )
@@ -297,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         "heldout_docs": len(result["docs"]),
         "tokens": args.tokens,
         "lag": args.lag,
-        "likelihood_defaults": shipped,
+        "likelihood_defaults": asdict(shipped),
         "rules": {name: figures(result, rows, label_of, name) for name in rules},
         "forwards": cached.forwards,
         "wall_s": round(time.perf_counter() - start, 1),

@@ -18,9 +18,9 @@ take it  if L0 - L_best >= margin (nats per token), L_second - L_best >= separat
          embedding rule chose another domain that has an expert, L_that - L_best >= margin;
 oldest   with incumbency (the default), the candidates are taken in the order their
          first expert was registered, and a newer one changes the decision only by
-         winning it outright by the rules
-         above: a text an older expert explains keeps it when a newcomer explains it about
-         as well (never back to the trunk or a mix because a neighbour arrived)
+         winning it outright by the rules above: a text an older expert explains keeps
+         it when a newcomer explains it about as well (never back to the trunk or a mix
+         because a neighbour arrived)
 mix them if the embedding rule left the text on the trunk (novel) and the candidates
          within separation of the best (at most `mix_top`) each beat the trunk by
          mix_margin or more: the text is clearly one the library explains, just not one
