@@ -70,37 +70,40 @@ class HeldoutScorer:
             self.losses.enabled, self.head_losses.enabled = saved
 
     def score(self, domains: list[str], experts: DomainExperts) -> dict[str, dict]:
-        """``{domain: {doc_id: {"loss", "tokens", "routing"}}}``, each domain's documents
-        in their held-out order; the ones to score go through one batched pass."""
+        """``{domain: {doc_id: {"loss", "tokens", "routing", "domain"}}}`` (``domain``: the
+        one the document was routed to, None: novel), each domain's documents in their
+        held-out order; the ones to score go through one batched pass."""
         routed: dict[str, tuple[list, dict[str, dict]]] = {}
         todo: list[tuple[str, Any, dict[str, float], tuple]] = []
         for domain in domains:
             docs = self.heldout.docs(domain)
             texts = [d.text for d in docs]
-            routing = self.router.route(texts, experts) if len(experts) else [{} for _ in texts]
+            decisions = self.router.decide(texts, experts)
             known: dict[str, dict] = {}
-            for doc, r in zip(docs, routing, strict=True):
+            for doc, decision in zip(docs, decisions, strict=True):
+                r = decision.weights
                 key = (doc.doc_id, text_sha256(doc.text), routing_key(r, self.shas))
                 hit = self.losses.get(key)
+                entry = {"routing": r, "domain": decision.domain_id}
                 if hit is None:
-                    todo.append((domain, doc, r, key))
+                    todo.append((domain, doc, entry, key))
                 else:
-                    known[doc.doc_id] = {"loss": hit[0], "tokens": hit[1], "routing": r}
+                    known[doc.doc_id] = {"loss": hit[0], "tokens": hit[1], **entry}
             routed[domain] = (docs, known)
         if todo:
             scores = score_texts(
                 self.mixture.token_losses,
                 self.trunk.tokenizer,
                 [doc.text for _, doc, _, _ in todo],
-                [r for _, _, r, _ in todo],
+                [entry["routing"] for _, _, entry, _ in todo],
                 max_tokens=self.max_tokens,
                 batch_size=self.batch_size,
                 device=self.trunk.device,
             )
-            for (domain, doc, r, key), loss, n in zip(
+            for (domain, doc, entry, key), loss, n in zip(
                 todo, scores.doc_loss, scores.doc_tokens, strict=True
             ):
-                routed[domain][1][doc.doc_id] = {"loss": loss, "tokens": n, "routing": r}
+                routed[domain][1][doc.doc_id] = {"loss": loss, "tokens": n, **entry}
                 self.losses.put(key, (loss, n))
             self.docs_scored += len(todo)
         return {

@@ -35,20 +35,20 @@ from experts.store import ExpertRefused
 from monitor.doc_scores import HeldoutScorer, mean_loss
 from monitor.heldout import HeldoutSets
 from monitor.history import MatrixHistory, perplexity
-from monitor.metrics import as_matrix, routing_change, summarise
+from monitor.metrics import as_matrix, routing_change, routing_moves, summarise
 from monitor.records import EvalRow
 from monitor.routing import experts_from_history
 from monitor.store_view import StoreExperts, check_stored
 from monitor.verify import WeightVerifier
-from router.gate import DomainExperts
+from router.gate import DomainExperts, GateDecision
 
 log = logging.getLogger(__name__)
 
 
 class Router(Protocol):
-    """Routes held-out texts the way the server does: ``{expert_id: weight}`` per text."""
+    """Routes held-out texts the way the server does: a :class:`GateDecision` per text."""
 
-    def route(self, texts: list[str], experts: DomainExperts) -> list[dict[str, float]]: ...
+    def decide(self, texts: list[str], experts: DomainExperts) -> list[GateDecision]: ...
 
 
 class Evaluator:
@@ -295,7 +295,7 @@ class Evaluator:
             self.scorer.forget()
             with self.scorer.fresh(True):
                 measured = self._measure(step, expert_ids, replace)
-        detail_now, loss, sizes, routing_share, routing_delta, stale, backfilled = measured
+        detail_now, loss, sizes, (routing_share, routing_delta, moves), stale, backfilled = measured
         info = self.history.data["experts"]
         for row in backfilled:
             self.history.patch(row, "loss", "perplexity", "heldout_size")
@@ -311,6 +311,7 @@ class Evaluator:
             arrived_expert=arrived,
             arrived_domain=info[arrived]["domain_id"] if arrived else None,
             routing_loss_delta=routing_delta,
+            routing_moves=moves,
             heldout_size=sizes,
             docs_scored=self.scorer.docs_scored - scored_before,
             experts_verified=verified,
@@ -351,6 +352,7 @@ class Evaluator:
         sizes: dict[str, int] = {}
         routing_share: dict[str, float] = {}
         routing_delta: dict[str, float] = {}
+        moves: dict[str, dict[str, list[float]]] = {}
         stale: list[str] = []
         detail_now = self.scorer.score(self.heldout.domains(), self._experts(expert_ids))
         for domain, detail in detail_now.items():
@@ -368,10 +370,13 @@ class Evaluator:
                 )
                 routing_share[domain] = share
                 routing_delta[domain] = delta
+                if share:
+                    moves[domain] = routing_moves(before, detail)
         backfilled: list[EvalRow] = []
         if self.backfill and stale:
             backfilled = self._backfill(self.history.rows("ours")[:step], stale)
-        return detail_now, loss, sizes, routing_share, routing_delta, stale, backfilled
+        routing = routing_share, routing_delta, moves
+        return detail_now, loss, sizes, routing, stale, backfilled
 
     def _backfill(self, earlier: list[EvalRow], domains: list[str]) -> list[EvalRow]:
         """``domains`` re-evaluated in every earlier row (their held-out set is new/changed);

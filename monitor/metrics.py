@@ -253,6 +253,32 @@ def routing_change(
     return len(changed) / len(common), float(delta), len(changed)
 
 
+def routing_moves(
+    before: dict[str, dict], after: dict[str, dict], tol: float = 1e-6
+) -> dict[str, list[float]]:
+    """Where one domain's re-routed held-out documents went, from two steps' per-document
+    detail (``doc_id -> {"routing", "loss", "domain"?}``).
+
+    Returns ``{destination: [documents, loss_delta]}``: the domain each was routed to
+    (``"novel"``: none), with ``"/trunk"`` appended when the trunk alone served it (a domain
+    without an expert yet); ``loss_delta`` is those documents' part of
+    :func:`routing_change`'s delta (their loss change over the documents at both steps).
+    """
+    common = sorted(set(before) & set(after))
+    moves: dict[str, list[float]] = {}
+    for doc_id in common:
+        old, new = before[doc_id], after[doc_id]
+        if not _routing_differs(old["routing"], new["routing"], tol):
+            continue
+        where = new.get("domain") or "novel"
+        if not new["routing"] and where != "novel":
+            where += "/trunk"
+        move = moves.setdefault(where, [0, 0.0])
+        move[0] += 1
+        move[1] += (new["loss"] - old["loss"]) / len(common)
+    return {k: [n, round(d, 6)] for k, (n, d) in sorted(moves.items())}
+
+
 def _routing_differs(a: dict[str, float], b: dict[str, float], tol: float) -> bool:
     if set(a) != set(b):
         return True

@@ -28,6 +28,9 @@ class EvalRow(Record):
     # domain -> change of its mean loss caused by re-routed documents (metrics.routing_change)
     routing_loss_delta: dict[str, float] = field(default_factory=dict)
     heldout_size: dict[str, int] = field(default_factory=dict)  # domain -> documents evaluated
+    # domain -> where its re-routed documents went: {destination: [documents, loss delta]}
+    # (metrics.routing_moves)
+    routing_moves: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     summary: dict = field(default_factory=dict)  # monitor.metrics.summarise of this step
     # the monitor's cost of this step: process CPU seconds (time.process_time) of its
     # evaluation (ours: weight checks, routing, scoring, back-fill, metrics; dense: the
@@ -41,7 +44,14 @@ class EvalRow(Record):
         check_name("run", self.run)
         check_range("step", self.step, 0)
         check_ids("expert_ids", self.expert_ids)
-        for name in ("loss", "perplexity", "routing_changed", "routing_loss_delta", "heldout_size"):
+        for name in (
+            "loss",
+            "perplexity",
+            "routing_changed",
+            "routing_loss_delta",
+            "routing_moves",
+            "heldout_size",
+        ):
             check_ids(f"{name} domain", getattr(self, name))
         for domain, ppl in self.perplexity.items():
             check_range(f"perplexity[{domain}]", ppl, 0)

@@ -25,7 +25,8 @@ from router.table import DomainTable
 
 
 class GateRouter:
-    """``route(texts, experts) -> [{expert_id: weight}]`` with the serving gate's rule.
+    """``route(texts, experts) -> [{expert_id: weight}]`` with the serving gate's rule
+    (``decide``: the whole decisions, domains included).
 
     Parameters
     ----------
@@ -79,10 +80,15 @@ class GateRouter:
         return np.stack([self._cache[k] for k in keys])  # (N, dim)
 
     def route(self, texts: list[str], experts: DomainExperts) -> list[dict[str, float]]:
+        return [d.weights for d in self.decide(texts, experts)]
+
+    def decide(self, texts: list[str], experts: DomainExperts) -> list[GateDecision]:
+        """Each text's whole decision: its domain (None: novel) and the weights it is
+        served with; with no experts every text is the trunk's (not embedded)."""
         if not texts:
             return []
         if not len(experts):
-            return [{} for _ in texts]
+            return [GateDecision(None, 0.0, {}, -1) for _ in texts]
         chars = [len(t) for t in texts]
         keys = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
         embeddings = self._embed(texts, keys)  # (N, dim)
@@ -94,7 +100,7 @@ class GateRouter:
                     texts, keys, embeddings, decisions, strict=True
                 )
             ]
-        return [d.weights for d in decisions]
+        return decisions
 
     def _rerank(
         self,

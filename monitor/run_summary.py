@@ -30,13 +30,18 @@ def max_old_domain_loss_rise(rows: Sequence[EvalRow]) -> float:
 def old_domain_loss_rises(rows: Sequence[EvalRow]) -> dict[str, float]:
     """Per domain, the largest rise of :func:`max_old_domain_loss_rise` (floored at 0), for
     each domain with a step to compare with an earlier value."""
+    return {domain: rise for domain, (rise, _, _) in _rises(rows).items()}
+
+
+def _rises(rows: Sequence[EvalRow]) -> dict[str, tuple[float, int, int]]:
+    """``domain -> (largest rise, its step, the step of the best value it rose from)``."""
     ordered = sorted(rows, key=lambda r: r.step)
     arrival: dict[str, int] = {}
     for row in ordered:
         if row.arrived_domain and row.arrived_domain not in arrival:
             arrival[row.arrived_domain] = row.step
-    worst: dict[str, float] = {}
-    best: dict[str, float] = {}
+    worst: dict[str, tuple[float, int, int]] = {}
+    best: dict[str, tuple[float, int]] = {}
     for row in ordered:
         for domain, loss in row.loss.items():
             if not math.isfinite(loss):
@@ -45,12 +50,51 @@ def old_domain_loss_rises(rows: Sequence[EvalRow]) -> dict[str, float]:
             if row.step < start:
                 continue
             if domain in best:
-                rise = (loss - best[domain]) / best[domain]
-                worst[domain] = max(worst.get(domain, 0.0), rise)
-                best[domain] = min(best[domain], loss)
+                low, low_step = best[domain]
+                rise = (loss - low) / low
+                if domain not in worst or rise > worst[domain][0]:
+                    worst[domain] = (max(rise, 0.0), row.step, low_step)
+                if loss < low:
+                    best[domain] = (loss, row.step)
             else:
-                best[domain] = loss
+                best[domain] = (loss, row.step)
     return worst
+
+
+def worst_old_domain_loss_rise(
+    rows: Sequence[EvalRow], labels: Mapping[str, str]
+) -> dict[str, object] | None:
+    """What :func:`max_old_domain_loss_rise` was made of: the domain (by label), the step
+    and the expert whose registration made it, the step it rose from, and where the
+    domain's re-routed held-out documents went between the two (``{destination label:
+    documents}``; ``/trunk``: to a domain without an expert, served by the trunk alone;
+    ``novel``: to no domain). None when no domain rose."""
+    rises = _rises(rows)
+    if not rises:
+        return None
+    domain, (rise, step, from_step) = max(rises.items(), key=lambda kv: (kv[1][0], kv[0]))
+    if rise <= 0:
+        return None
+    by_step = {r.step: r for r in rows}
+    moved: Counter[str] = Counter()
+    for k in range(from_step + 1, step + 1):
+        row = by_step.get(k)
+        if row is None:
+            continue
+        for where, (docs, _) in row.routing_moves.get(domain, {}).items():
+            target, _, trunk = where.partition("/")
+            name = labels.get(target, target)
+            moved[f"{name}/{trunk}" if trunk else name] += int(docs)
+    arrived = by_step[step].arrived_domain
+    return {
+        "domain": labels.get(domain, domain),
+        "rise": round(rise, 4),
+        "step": step,
+        "from_step": from_step,
+        "arrived": labels.get(arrived, arrived) if arrived else None,
+        "heldout_docs": by_step[step].heldout_size.get(domain),
+        "moved": dict(moved.most_common()),
+    }
 
 
 def final_against_baseline(

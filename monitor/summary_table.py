@@ -37,6 +37,7 @@ SUMMARY_FIGURES: tuple[tuple[str, str, str], ...] = (
     ("old_domain_experts", "experts for the trunk's own domains (passed the gate)", "int"),
     ("weight_forgetting", "trunk/expert tensors changed (must be 0)", "int"),
     ("max_old_domain_loss_rise", "worst loss rise of an old domain, ours", "percent"),
+    ("max_old_domain_loss_rise_at", "... which domain, when, where its documents went", "rise_at"),
     ("baseline_max_old_domain_loss_rise", "worst loss rise of an old domain, dense", "percent"),
     ("ppl_geomean_final", "final perplexity, geometric mean, ours", "ppl"),
     ("baseline_ppl_geomean_final", "final perplexity, geometric mean, dense", "ppl"),
@@ -65,6 +66,12 @@ def format_figure(value: object, kind: str) -> str:
         if p50 is None:
             return "no new kind got an expert" if part == "total_s" else "-"
         return f"p50 {format_figure(p50, 'seconds')}, p95 {format_figure(p95, 'seconds')}"
+    if kind == "rise_at":  # run_summary.worst_old_domain_loss_rise
+        moved = ", ".join(f"{n} to {where}" for where, n in value["moved"].items())  # type: ignore[index]
+        return (
+            f"{value['domain']} at step {value['step']} ({value['arrived']}'s expert): "  # type: ignore[index]
+            f"{moved or 'no document re-routed'}"
+        )
     if kind == "score":
         return f"{value:.3f}"
     if kind == "list":

@@ -104,7 +104,7 @@ def test_failed_evaluation_is_retried_on_redelivery(run_copy: SmallRun, monkeypa
     def broken(texts, centroids):
         raise RuntimeError("embedder down")
 
-    monkeypatch.setattr(run_copy.evaluator.router, "route", broken)
+    monkeypatch.setattr(run_copy.evaluator.router, "decide", broken)
     with pytest.raises(RuntimeError, match="embedder down"):
         run_copy.evaluator.on_registration("news-e1", "news", centroid)
     assert len(run_copy.history.rows("ours")) == 4

@@ -14,6 +14,7 @@ from monitor.metrics import (
     forward_transfer,
     relative_ppl_change_row,
     routing_change,
+    routing_moves,
     summarise,
     summarise_all,
     transfer_to_unlearned,
@@ -134,6 +135,40 @@ def test_routing_change_share_and_loss() -> None:
     shifted = routing_change({"x": {"e": 0.6, "f": 0.4}}, {"x": {"e": 0.5, "f": 0.5}}, one, one)
     assert shifted[2] == 1
     assert routing_change({}, {}, {}, {}) == (0.0, 0.0, 0)
+
+
+def test_routing_moves_name_where_re_routed_documents_went() -> None:
+    def doc(routing: dict, domain: str | None, loss: float) -> dict:
+        return {"routing": routing, "domain": domain, "loss": loss}
+
+    before = {
+        "d1": doc({"e1": 1.0}, "a", 2.0),
+        "d2": doc({"e1": 1.0}, "a", 2.0),
+        "d3": doc({"e1": 1.0}, "a", 2.0),
+        "d4": doc({"e1": 1.0}, "a", 2.0),
+    }
+    after = {
+        "d1": doc({"e1": 1.0}, "a", 2.0),  # unchanged: not a move
+        "d2": doc({}, "b", 3.0),  # to b, which has no expert yet: the trunk serves it
+        "d3": doc({"e2": 1.0}, "c", 2.4),  # to c's expert
+        "d4": doc({}, None, 3.2),  # novel
+    }
+    moves = routing_moves(before, after)
+    assert moves == {
+        "b/trunk": [1, pytest.approx(0.25)],
+        "c": [1, pytest.approx(0.1)],
+        "novel": [1, pytest.approx(0.3)],
+    }
+    lb = {k: v["loss"] for k, v in before.items()}
+    la = {k: v["loss"] for k, v in after.items()}
+    _, delta, changed = routing_change(
+        {k: v["routing"] for k, v in before.items()},
+        {k: v["routing"] for k, v in after.items()},
+        lb,
+        la,
+    )
+    assert sum(n for n, _ in moves.values()) == changed
+    assert sum(d for _, d in moves.values()) == pytest.approx(delta)
 
 
 def test_doctests() -> None:

@@ -106,3 +106,36 @@ def test_nearest_rank_is_always_one_of_the_values() -> None:
     assert run_summary.nearest_rank([3.0, 1.0, 2.0, 4.0], 50) == 2.0  # not the median's 2.5
     assert run_summary.nearest_rank([5.0], 0) == run_summary.nearest_rank([5.0], 100) == 5.0
     assert run_summary.nearest_rank([], 50) is None
+
+
+def test_the_worst_old_domain_loss_rise_says_where_the_documents_went() -> None:
+    rows = [
+        _row("ours", 0, {"a": 100.0, "b": 50.0}),
+        dataclasses.replace(_row("ours", 1, {"a": 20.0, "b": 50.0}), arrived_domain="a"),
+        dataclasses.replace(
+            _row("ours", 2, {"a": 30.0, "b": 48.0}),
+            arrived_domain="c",
+            heldout_size={"a": 16, "b": 16},
+            routing_moves={"a": {"d/trunk": [3, 0.2], "c": [1, 0.05]}},
+        ),
+        dataclasses.replace(
+            _row("ours", 3, {"a": 25.0, "b": 48.0}),
+            arrived_domain="d",
+            routing_moves={"a": {"d": [3, -0.1]}},
+        ),
+    ]
+    labels = {"a": "legal", "b": "news", "c": "code", "d": "bibtex"}
+    got = run_summary.worst_old_domain_loss_rise(rows, labels)
+    rise = (math.log(30.0) - math.log(20.0)) / math.log(20.0)
+    assert got == {
+        "domain": "legal",
+        "rise": round(rise, 4),
+        "step": 2,
+        "from_step": 1,
+        "arrived": "code",
+        "heldout_docs": 16,
+        "moved": {"bibtex/trunk": 3, "code": 1},
+    }
+    assert run_summary.max_old_domain_loss_rise(rows) == pytest.approx(rise)
+    flat = [_row("ours", 0, {"a": 9.0}), _row("ours", 1, {"a": 8.0})]
+    assert run_summary.worst_old_domain_loss_rise(flat, {}) is None

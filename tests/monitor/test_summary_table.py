@@ -78,6 +78,10 @@ def test_figures_are_rounded_for_reading() -> None:
     assert format_figure([], "list") == "none" and format_figure(None, "int") == "-"
     cpu = {"first_ten_mean": 0.812, "last_ten_mean": 0.9349}
     assert format_figure(cpu, "cpu") == "0.81 s first 10, 0.93 s last 10"
+    at = {"domain": "legal", "step": 9, "arrived": "news", "moved": {"code/trunk": 3, "news": 1}}
+    assert format_figure(at, "rise_at") == (
+        "legal at step 9 (news's expert): 3 to code/trunk, 1 to news"
+    )
 
 
 def test_the_summary_is_a_table_with_drift_events_explained(tmp_path: Path) -> None:

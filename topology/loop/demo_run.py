@@ -320,6 +320,7 @@ def summarise(plan: DemoPlan, labels: dict[str, str], expert_domains: dict[str, 
         **run_summary.expert_counts(expert_domains, labels, new),
         "weight_forgetting": run_summary.weight_forgetting(ours),
         "max_old_domain_loss_rise": run_summary.max_old_domain_loss_rise(ours),
+        "max_old_domain_loss_rise_at": run_summary.worst_old_domain_loss_rise(ours, labels),
         "baseline_max_old_domain_loss_rise": (
             run_summary.max_old_domain_loss_rise(dense) if dense else None
         ),
