@@ -110,6 +110,7 @@ class DiscoverStage:
             "label": record.label,
             "seq": self.seen,  # consumption order: the buffer's age
             "entered": list(key),  # entry order: arrival rules
+            "content": record.content_id,  # the held-out split's key (router.jobs)
         }
         out: list[Emit] = []
         domain_id, similarity = record.domain_id, record.similarity

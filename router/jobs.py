@@ -24,9 +24,15 @@ from worx.ids import content_hash, stable_fraction
 HELDOUT_SALT = "worx-heldout"
 
 
-def is_heldout(doc_id: str, fraction: float, salt: str = HELDOUT_SALT) -> bool:
-    """Whether ``doc_id`` is held out: a pure function of the id (never trained on, anywhere)."""
-    return stable_fraction(doc_id, salt=salt) < fraction
+def is_heldout(key: str, fraction: float, salt: str = HELDOUT_SALT) -> bool:
+    """Whether the document of split ``key`` (:func:`split_key`) is held out: a pure
+    function of the key (never trained on, anywhere)."""
+    return stable_fraction(key, salt=salt) < fraction
+
+
+def split_key(doc: dict) -> str:
+    """What the held-out split hashes: the text's ``content`` hash, else the ``doc_id``."""
+    return doc.get("content") or doc["doc_id"]
 
 
 def offset_ranges(docs: Iterable[dict]) -> list[DocRef]:
@@ -58,15 +64,22 @@ def make_train_job(
     parent_expert_id: str | None = None,
     created_ms: int = 0,
 ) -> TrainJob:
-    """A :class:`TrainJob` over ``docs`` (dicts with doc_id, topic, partition, offset).
+    """A :class:`TrainJob` over ``docs`` (dicts with doc_id, topic, partition, offset, and
+    the text's ``content`` hash where route gave one).
 
-    ``job_id`` hashes the domain, the reason and the sorted training ids, so the same data
-    can never yield a second job, however often it is replayed.
+    Documents are held out by their text, not their id: a text the stream carried twice
+    under two ids (a re-sent ticket, a file committed twice) is held out under both or
+    trained on under one, never both; a job keeps one id per text. Without ``content`` the
+    id is the key. ``job_id`` hashes the domain, the reason and the sorted training ids,
+    so the same data can never yield a second job, however often it is replayed.
     """
     unique = {doc["doc_id"]: doc for doc in docs}
-    ids = sorted(unique)
-    heldout = [d for d in ids if is_heldout(d, heldout_fraction, salt)]
-    train = [d for d in ids if not is_heldout(d, heldout_fraction, salt)]
+    texts: dict[str, str] = {}  # split key -> the id kept for it (the smallest)
+    for doc_id in sorted(unique):
+        texts.setdefault(split_key(unique[doc_id]), doc_id)
+    ids = sorted(texts.values())
+    heldout = [d for d in ids if is_heldout(split_key(unique[d]), heldout_fraction, salt)]
+    train = [d for d in ids if not is_heldout(split_key(unique[d]), heldout_fraction, salt)]
     job_id = "job-" + content_hash("\n".join([domain_id, reason, *train]), length=20)
     return TrainJob(
         job_id=job_id,

@@ -47,6 +47,8 @@ class RoutedDoc(Record):
     doc_created_ms: int = 0  # when the document entered the system (the Doc's created_ms,
     # else its worx.docs timestamp): discover's arrival rules order by it, not by the
     # interleaved order it consumes worx.routed in; 0: unknown (a record of an older route)
+    content_id: str = ""  # hash of the text (worx.ids.content_hash): one text sent twice
+    # under two ids is one document to the held-out split; "": unknown (an older route)
 
     def check(self) -> RoutedDoc:
         check_doc_id("doc_id", self.doc_id)
@@ -60,6 +62,8 @@ class RoutedDoc(Record):
         check_id("label", self.label, optional=True)
         check_range("domain_version", self.domain_version, 0)
         check_range("doc_created_ms", self.doc_created_ms, 0)
+        if self.content_id:
+            check_id("content_id", self.content_id)
         return self
 
     def to_json(self) -> bytes:

@@ -36,6 +36,7 @@ from router.config import RouterConfig
 from router.embed import Embedder, default_embedder
 from router.records import RoutedDoc
 from router.table import DomainTable
+from worx.ids import content_hash
 from worx.records import Record
 from worx.stage import Emit, Message
 
@@ -119,6 +120,7 @@ class RouteStage:
             domain_version=version,
             uncertain=uncertain and not novel,
             doc_created_ms=record.created_ms or message.timestamp_ms,
+            content_id=content_hash(record.text, length=16),
         )
         return [Emit("routed", record.doc_id, routed)], novel
 

@@ -18,6 +18,7 @@ from router.route import RouteStage
 from router.table import DomainTable
 from topology.composition.worx_config import ConfigError, load_config
 from topology.runtimes.stage_runner import apply_stage
+from worx.ids import content_hash
 from worx.scenario import Scenario
 from worx.stage import Message
 
@@ -65,6 +66,40 @@ def test_heldout_split_ranges_and_job_ids_are_deterministic() -> None:
     assert sorted(job.train_doc_ids + job.heldout_doc_ids) == sorted(d["doc_id"] for d in docs)
     assert make_train_job("dom-2", "new_domain", docs, [0.6, 0.8], 0.5).job_id != job.job_id
     assert make_train_job("dom-1", "drift", docs, [0.6, 0.8], 0.5).job_id != job.job_id
+
+
+def test_a_text_sent_under_two_ids_is_never_trained_on_and_held_out() -> None:
+    """The stream repeats texts under new ids (a re-sent ticket; the demo's ``.r<n>``
+    repeats): the split follows the text, so a job never trains on a text it holds out,
+    and two jobs over the same texts under different ids split them the same way."""
+    texts = [f"text {i}" for i in range(400)]
+
+    def docs(suffix: str, start: int) -> list[dict]:
+        return [
+            {
+                "doc_id": f"d{i}{suffix}",
+                "topic": "x.docs",
+                "partition": 0,
+                "offset": start + i,
+                "content": content_hash(t, length=16),
+            }
+            for i, t in enumerate(texts)
+        ]
+
+    first, again = docs("", 0), docs(".r1", 400)
+    both = make_train_job("dom-1", "new_domain", first + again, [0.6, 0.8], 0.2)
+    text_of = {d["doc_id"]: texts[i % 400] for i, d in enumerate(first + again)}
+    trained = {text_of[d] for d in both.train_doc_ids}
+    held = {text_of[d] for d in both.heldout_doc_ids}
+    assert not trained & held and len(trained | held) == 400  # one id per text
+    assert len(both.train_doc_ids) + len(both.heldout_doc_ids) == 400
+    later = make_train_job("dom-1", "drift", again, [0.6, 0.8], 0.2)
+    assert {text_of[d] for d in later.heldout_doc_ids} == held
+    assert 40 < len(held) < 120
+    unhashed = [{**d, "content": ""} for d in first]  # a record of an older route: by id
+    by_id = make_train_job("dom-1", "new_domain", unhashed, [1.0], 0.2)
+    expected = {d["doc_id"] for d in first if is_heldout(d["doc_id"], 0.2)}
+    assert set(by_id.heldout_doc_ids) == expected
 
 
 def test_detector_default_is_quiet_on_stationary_noise_and_fires_on_a_rise() -> None:
