@@ -96,8 +96,8 @@ class ExpertsConfig:
     gate_likelihood_contest_waiting: bool = setting(
         False,
         help="a text the route stage gives a domain without an expert (yet) is re-ranked "
-        "among the other domains with an expert that reach their own threshold, whatever "
-        "the contest gap (bench/routing_forgetting.py --lag)",
+        "as a novel one, among the nearest domains with an expert "
+        "(bench/routing_forgetting.py --lag)",
     )
     gate_likelihood_incumbent: bool = setting(
         True,

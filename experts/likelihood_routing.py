@@ -185,9 +185,10 @@ class LikelihoodRouter:
         ``margin`` over its expert, as for any embedding decision.
     contest_waiting : bool
         A text the route stage's rule assigns to a domain without an expert (one still
-        waiting for its first job, or one the trunk serves) is contested by every other
-        domain with an expert that reaches its own threshold, whatever ``contest_gap``:
-        its expert keeps the text if it beats the trunk by ``margin``.
+        waiting for its first job, or one the trunk serves) is re-ranked as a novel text
+        is: among the ``candidates`` nearest domains with an expert, whether or not the
+        text reaches their thresholds (an old domain's text the newcomer's threshold took
+        keeps its expert if that beats the trunk by ``margin``); ties leave it to the trunk.
     incumbent : bool
         Decide with :func:`choose_keeping` (candidates in the order their first expert was
         registered): a newer expert takes a text only by winning it outright.
@@ -252,10 +253,11 @@ class LikelihoodRouter:
         if sims[nearest] < thresholds[nearest]:
             names = [ids[i] for i in order[: self.candidates] if experts.of(ids[i]) is not None]
             return names, False
-        # a domain still waiting for its expert is contested at any gap (contest_waiting)
-        gap = self.contest_gap
         if self.contest_waiting and experts.of(ids[nearest]) is None:
-            gap = float("inf")
+            # the trunk would serve it, as a novel text: the same nearest experts compete
+            names = [ids[i] for i in order[: self.candidates] if experts.of(ids[i]) is not None]
+            return names, bool(names)
+        gap = self.contest_gap
         rivals = [
             i
             for i in order[1:]

@@ -299,26 +299,33 @@ def test_an_assigned_text_is_contested_only_by_a_rival_that_reaches_its_own_thre
         LikelihoodRouter(contest_gap=-0.1)
 
 
-def test_a_domain_waiting_for_its_expert_is_contested_at_any_gap():
-    """The text is nearest to 'new', whose expert has not come yet: with contest_waiting,
-    'old' (inside its own threshold, 0.08 below) is scored whatever the gap; 'far' is not
-    (outside its threshold)."""
+def test_a_text_of_a_domain_waiting_for_its_expert_is_re_ranked_as_a_novel_one():
+    """The text is nearest to 'new', whose expert has not come yet (the trunk would serve
+    it): with contest_waiting, the nearest domains with an expert are scored as for a novel
+    text, whether or not the text reaches their thresholds: 'old' at cosine 0.90 below its
+    threshold 0.95 (an old domain's document a newcomer's threshold took), and 'far'."""
     from router.gate import DomainExperts, GateExpert
+    from router.records import DomainRecord
 
     table, text = _contest_table()
-    only_old = DomainExperts([GateExpert("old-e1", "old", table.get("old").centroid)])
-    decision = Gate().decide(text, table, only_old)
+    table.apply(DomainRecord("old", table.get("old").centroid, 0.95, 50, 0.97, version=2))
+    experts = DomainExperts(GateExpert(f"{d}-e1", d, table.get(d).centroid) for d in ("old", "far"))
+    decision = Gate().decide(text, table, experts)
     assert decision.domain_id == "new" and decision.weights == {}  # the trunk serves it
 
     def candidates(**kw):
-        return LikelihoodRouter(**kw).candidates_of(text, table, only_old, decision)
+        return LikelihoodRouter(**kw).candidates_of(text, table, experts, decision)
 
     assert candidates() == ([], False)
-    assert candidates(contest_waiting=True) == (["old"], True)
-    both = DomainExperts(GateExpert(f"{d}-e1", d, table.get(d).centroid) for d in ("old", "new"))
-    served = Gate().decide(text, table, both)
+    assert candidates(contest_gap=float("inf")) == ([], False)  # old is below its threshold
+    assert candidates(contest_waiting=True) == (["old", "far"], True)
+    assert candidates(contest_waiting=True, candidates=2) == (["old"], True)  # 'new' counts
+    every = DomainExperts(
+        GateExpert(f"{d}-e1", d, table.get(d).centroid) for d in ("old", "new", "far")
+    )
+    served = Gate().decide(text, table, every)
     step = LikelihoodRouter(contest_waiting=True)
-    assert step.candidates_of(text, table, both, served) == ([], False)  # it has one now
+    assert step.candidates_of(text, table, every, served) == ([], False)  # it has one now
 
 
 @pytest.mark.slow
