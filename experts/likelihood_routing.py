@@ -250,19 +250,16 @@ class LikelihoodRouter:
             return [], False  # the table changed since the gate read it: the gate's decision
         order = np.argsort(-sims, kind="stable")  # (K,) nearest first
         nearest = order[0]
-        if sims[nearest] < thresholds[nearest]:
+        # a text given to a domain without an expert: the trunk would serve it, as a novel one
+        waiting = self.contest_waiting and experts.of(ids[nearest]) is None
+        if sims[nearest] < thresholds[nearest] or waiting:
             names = [ids[i] for i in order[: self.candidates] if experts.of(ids[i]) is not None]
-            return names, False
-        if self.contest_waiting and experts.of(ids[nearest]) is None:
-            # the trunk would serve it, as a novel text: the same nearest experts compete
-            names = [ids[i] for i in order[: self.candidates] if experts.of(ids[i]) is not None]
-            return names, bool(names)
-        gap = self.contest_gap
+            return names, waiting and bool(names)
         rivals = [
             i
             for i in order[1:]
             if sims[i] >= thresholds[i]
-            and sims[nearest] - sims[i] <= gap
+            and sims[nearest] - sims[i] <= self.contest_gap
             and experts.of(ids[i]) is not None
         ]
         if not rivals:

@@ -74,7 +74,7 @@ class HeldoutScorer:
         one the document was routed to, None: novel), each domain's documents in their
         held-out order; the ones to score go through one batched pass."""
         routed: dict[str, tuple[list, dict[str, dict]]] = {}
-        todo: list[tuple[str, Any, dict[str, float], tuple]] = []
+        todo: list[tuple[str, Any, dict[str, Any], tuple]] = []  # (domain, doc, entry, key)
         for domain in domains:
             docs = self.heldout.docs(domain)
             texts = [d.text for d in docs]

@@ -77,9 +77,10 @@ def make_train_job(
     texts: dict[str, str] = {}  # split key -> the id kept for it (the smallest)
     for doc_id in sorted(unique):
         texts.setdefault(split_key(unique[doc_id]), doc_id)
-    ids = sorted(texts.values())
-    heldout = [d for d in ids if is_heldout(split_key(unique[d]), heldout_fraction, salt)]
-    train = [d for d in ids if not is_heldout(split_key(unique[d]), heldout_fraction, salt)]
+    held = {d: is_heldout(key, heldout_fraction, salt) for key, d in texts.items()}
+    ids = sorted(held)
+    heldout = [d for d in ids if held[d]]
+    train = [d for d in ids if not held[d]]
     job_id = "job-" + content_hash("\n".join([domain_id, reason, *train]), length=20)
     return TrainJob(
         job_id=job_id,
