@@ -70,7 +70,7 @@ def format_figure(value: object, kind: str) -> str:
         moved = ", ".join(f"{n} to {where}" for where, n in value["moved"].items())  # type: ignore[index]
         return (
             f"{value['domain']} at step {value['step']} ({value['arrived']}'s expert): "  # type: ignore[index]
-            f"{moved or 'no document re-routed'}"
+            f"{moved or 'where its documents went was not recorded'}"
         )
     if kind == "score":
         return f"{value:.3f}"
