@@ -32,10 +32,11 @@ labels' documents that a later domain of another label serves at the end), ``rou
 
 Rules: ``gate`` (the length-aware gate alone), ``likelihood`` (the shipped likelihood step
 for unsure texts, with incumbency: a newer expert takes a text only by winning it
-outright), ``likelihood_all_at_once`` (the same without incumbency: every candidate at
-once, the rule before it) and ``contest_G`` for each gap of ``--gaps`` (the shipped step,
-also for texts another domain with an expert contests within G) and ``contest_waiting``
-(the shipped step, also for texts the route stage gives a domain without an expert).
+outright, and for texts the route stage gives a domain without an expert yet),
+``likelihood_not_waiting`` (the shipped step without that last part, the rule before 6
+December), ``likelihood_all_at_once`` (neither incumbency nor the waiting part: every
+candidate at once, the rule before both) and ``contest_G`` for each gap of ``--gaps``
+(the shipped step, also for texts another domain with an expert contests within G).
 
 Usage::
 
@@ -269,12 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     shipped = likelihood_router(ExpertsConfig())  # the defaults, as serving builds them
     rules: dict[str, LikelihoodRouter | None] = {
         "gate": None,
-        "likelihood_all_at_once": replace(shipped, incumbent=False),
+        "likelihood_all_at_once": replace(shipped, incumbent=False, contest_waiting=False),
+        "likelihood_not_waiting": replace(shipped, contest_waiting=False),
         "likelihood": shipped,
     }
     for gap in [float(g) for g in args.gaps.split(",") if g]:
         rules[f"contest_{gap:g}"] = replace(shipped, contest_gap=gap)
-    rules["contest_waiting"] = replace(shipped, contest_waiting=True)
     result = replay(
         rows, label_of, held, embedder, cached, trunk.tokenizer, rules, args.tokens, args.lag
     )

@@ -94,7 +94,7 @@ class ExpertsConfig:
         range=">= 0",
     )
     gate_likelihood_contest_waiting: bool = setting(
-        False,
+        True,
         help="a text the route stage gives a domain without an expert (yet) is re-ranked "
         "as a novel one, among the nearest domains with an expert "
         "(bench/routing_forgetting.py --lag)",

@@ -203,7 +203,7 @@ class LikelihoodRouter:
     mix_top: int = 2
     contest_gap: float = 0.0
     incumbent: bool = True
-    contest_waiting: bool = False
+    contest_waiting: bool = True
 
     def __post_init__(self) -> None:
         if (

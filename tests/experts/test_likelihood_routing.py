@@ -316,15 +316,16 @@ def test_a_text_of_a_domain_waiting_for_its_expert_is_re_ranked_as_a_novel_one()
     def candidates(**kw):
         return LikelihoodRouter(**kw).candidates_of(text, table, experts, decision)
 
-    assert candidates() == ([], False)
-    assert candidates(contest_gap=float("inf")) == ([], False)  # old is below its threshold
-    assert candidates(contest_waiting=True) == (["old", "far"], True)
-    assert candidates(contest_waiting=True, candidates=2) == (["old"], True)  # 'new' counts
+    assert candidates(contest_waiting=False) == ([], False)
+    off = {"contest_waiting": False, "contest_gap": float("inf")}
+    assert candidates(**off) == ([], False)  # old is below its threshold
+    assert candidates() == (["old", "far"], True)  # the default
+    assert candidates(candidates=2) == (["old"], True)  # 'new' counts
     every = DomainExperts(
         GateExpert(f"{d}-e1", d, table.get(d).centroid) for d in ("old", "new", "far")
     )
     served = Gate().decide(text, table, every)
-    step = LikelihoodRouter(contest_waiting=True)
+    step = LikelihoodRouter()
     assert step.candidates_of(text, table, every, served) == ([], False)  # it has one now
 
 
