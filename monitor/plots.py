@@ -216,7 +216,7 @@ def forgetting_figure(state: dict[str, Any]) -> Figure:
 # ---------------------------------------------------------------- timeline
 def training_spans(live: dict[str, Any]) -> list[dict[str, Any]]:
     """One span per training job from the trainer's status records (``live["jobs"]``:
-    the first status, ``started``, to the last: registered, not worth it, failed, or still
+    the first status, ``taken``, to the last: registered, not worth it, failed, or still
     running), in start order, each with its registration time if it registered one.
 
     A registration proves its job finished even where the job's last status seen was
@@ -232,7 +232,7 @@ def training_spans(live: dict[str, Any]) -> list[dict[str, Any]]:
         start = int(job.get("first_ms") or end)
         state, expert = job.get("state", ""), job.get("expert_id")
         registration = registered.get(job_id) or {}
-        if registration and state in ("started", "step"):
+        if registration and state in ("taken", "started", "step"):
             state, expert = "finished", registration.get("expert_id")
         spans.append(
             {
@@ -252,9 +252,8 @@ def _outcome_text(span: dict[str, Any]) -> str:
     state = span["state"]
     if state == "finished" and span["expert_id"]:
         return f"registered {span['expert_id'][:12]}"
-    return {"not_worth_it": "not worth it", "step": "training", "started": "training"}.get(
-        state, state
-    )
+    shown = {"not_worth_it": "not worth it", "taken": "setting up"}
+    return shown.get(state, "training" if state in ("started", "step") else state)
 
 
 def timeline_figure(state: dict[str, Any]) -> Figure:

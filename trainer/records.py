@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from worx.checks import check_choice, check_id, check_range
 from worx.records import Record
 
-STATES = ("started", "step", "finished", "not_worth_it", "failed", "skipped")
+STATES = ("taken", "started", "step", "finished", "not_worth_it", "failed", "skipped")
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class TrainStatus(Record):
 
     job_id: str
     domain_id: str
-    state: str  # "started" | "step" | "finished" | "not_worth_it" | "failed" | "skipped"
+    state: str  # "taken" | "started" | "step" | "finished" | "not_worth_it" | "failed" | "skipped"
     step: int = 0
     total_steps: int = 0
     loss: float | None = None

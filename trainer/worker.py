@@ -146,6 +146,8 @@ class JobRunner:
             # stored but never recorded as done (killed in between): announce it now
             manifest = self.store.manifest(expert_id)
             return self._register(job, job_dir, manifest, dict(manifest.summary))
+        self._status(job, "taken")  # before the setup, which can take longer than training
+        self._flush()
         try:
             docs = self.fetch(job)
             parent, parent_id = self._parent(job)

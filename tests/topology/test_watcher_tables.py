@@ -40,6 +40,15 @@ def test_a_job_keeps_the_time_of_its_first_start(watcher) -> None:
     assert state.job_status["job-1"].state == "finished"  # the latest status, as before
 
 
+def test_a_job_starts_when_a_trainer_takes_it_not_when_its_setup_ends(watcher) -> None:
+    """The setup (documents fetched, the start chosen among stored experts, the current
+    mixture measured) is the trainer's work, not the queue's."""
+    watcher._apply("train.status", status("job-1", "taken", 5_000))
+    watcher._apply("train.status", status("job-1", "started", 17_000))
+    watcher._apply("train.status", status("job-1", "finished", 40_000))
+    assert watcher.state.job_started_ms == {"job-1": 5_000}
+
+
 def test_started_times_are_bounded(watcher) -> None:
     for i in range(MAX_ROWS + 5):
         watcher._apply("train.status", status(f"job-{i}", "started", 1_000 + i))

@@ -31,6 +31,7 @@ from worx.records import RecordError
 log = logging.getLogger(__name__)
 
 TERMINAL_JOB_STATES = ("finished", "not_worth_it", "failed", "skipped")
+ACTIVE_JOB_STATES = ("taken", "started", "step")  # a trainer holds the job
 MAX_IDS = 200_000  # distinct doc ids remembered (a replay within this window is not recounted)
 MAX_LABELS = 1000  # distinct document labels counted (the rest as "(other)")
 MAX_ROWS = 10_000  # jobs, statuses, domains, experts, evaluation rows and events kept
@@ -90,7 +91,8 @@ class LoopState:
     jobs: dict[str, TrainJob] = field(default_factory=dict)
     job_status: dict[str, TrainStatus] = field(default_factory=dict)  # the latest per job
     job_started_ms: dict[str, int] = field(default_factory=dict)  # job id -> created_ms of
-    # its first "started" status (a resumed or re-run job keeps the first)
+    # its first "taken" (or, from an older trainer, "started") status: a resumed or re-run
+    # job keeps the first
     experts: dict[str, ExpertRegistration] = field(default_factory=dict)
     expert_shas: dict[str, frozenset[str]] = field(default_factory=dict)  # every sha256 seen
     eval_rows: dict[tuple[str, int], EvalRow] = field(default_factory=dict)
@@ -241,7 +243,7 @@ class LoopWatcher:
             _put(s.jobs, record.job_id, record)
         elif isinstance(record, TrainStatus):
             _put(s.job_status, record.job_id, record)
-            if record.state == "started" and record.job_id not in s.job_started_ms:
+            if record.state in ACTIVE_JOB_STATES and record.job_id not in s.job_started_ms:
                 _put(s.job_started_ms, record.job_id, record.created_ms)
         elif isinstance(record, ExpertRegistration):
             _put(s.experts, record.expert_id, record)
