@@ -171,7 +171,8 @@ class RouterConfig:
     # --- discover: training jobs ---
     job_docs: int = setting(
         256,
-        help="a job is emitted once a domain has gathered this many documents",
+        help="a job is emitted once a domain has gathered documents of this many distinct "
+        "texts (a text repeated under several ids counts once: a job trains on it once)",
         unit="docs",
         range=">= 1",
     )
@@ -196,7 +197,10 @@ class RouterConfig:
         range=">= 0",
     )
     heldout_fraction: float = setting(
-        0.1, help="share of documents kept out of training (hash of doc_id)", range="[0, 1)"
+        0.1,
+        help="share of texts kept out of training (hash of the text; of doc_id for records "
+        "of a route without content ids)",
+        range="[0, 1)",
     )
     heldout_salt: str = setting(
         "worx-heldout", help="salt of that hash; change it only with a new data set"

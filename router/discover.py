@@ -147,8 +147,7 @@ class DiscoverStage:
         out: list[Emit] = []
         state.recent.append(doc)
         if state.job_id is None:
-            state.collected.append(doc)
-            if len(state.collected) >= self.config.job_docs:
+            if state.collect(doc) >= self.config.job_docs:
                 out.extend(self._first_job(domain_id, now))
         spread = max(row.distance_std, 0.02)
         z = ((1.0 - similarity) - row.distance_mean) / spread
@@ -227,8 +226,7 @@ class DiscoverStage:
         state = self.domains[domain_id]
         state.recent.append(doc)
         if state.job_id is None:
-            state.collected.append(doc)
-            if len(state.collected) >= self.config.job_docs:
+            if state.collect(doc) >= self.config.job_docs:
                 return self._first_job(domain_id, now)
         return []
 
@@ -286,7 +284,7 @@ class DiscoverStage:
         row = self.table.get(domain_id)
         job = self._job(domain_id, "new_domain", state.collected, row, None, now)
         state.job_id = job.job_id
-        state.collected = []
+        state.clear_collected()
         updated = DomainRecord(
             **{
                 **_fields(row),

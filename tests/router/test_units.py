@@ -167,3 +167,43 @@ def test_router_config_validation_and_env_override() -> None:
     assert config.router.job_docs == 99 and config.router.embed_dim == 64
     with pytest.raises(ConfigError, match="threshold_quantile"):
         load_config(env={"WORX_ROUTER__THRESHOLD_QUANTILE": "0.7"})
+
+
+def test_a_first_job_waits_for_distinct_texts_not_for_ids() -> None:
+    """A domain fed a few texts under many ids (the stream repeats them) gets no first job
+    until it has ``job_docs`` distinct texts, and holds one document per text meanwhile;
+    the job then has one id per text."""
+    import numpy as np
+
+    from router.discover import DiscoverStage
+    from router.domain_state import DomainState
+    from router.records import DomainRecord, RoutedDoc
+    from worx.stage import Message
+
+    stage = DiscoverStage(RouterConfig(job_docs=30, job_quiet_docs=0, job_wait_docs=0))
+    centroid = np.zeros(stage.embedder.dim, dtype=np.float32)
+    centroid[0] = 1.0
+    stage.apply_domain(DomainRecord("dom-a", centroid.tolist(), 0.5, 40, 0.8))
+    offset = 0
+
+    def feed(text_numbers) -> list:
+        nonlocal offset
+        emitted = []
+        for n in text_numbers:
+            routed = RoutedDoc(
+                f"doc-{offset}", "dom-a", 0.9, "x.docs", 0, offset,
+                content_id=content_hash(f"text {n}", length=16),
+            )  # fmt: skip
+            emitted += stage.process(Message(routed.to_json(), offset=offset), routed)
+            offset += 1
+        return [e.record for e in emitted if e.topic == "train"]
+
+    assert feed([k % 10 for k in range(300)]) == []  # 300 documents, 10 texts: no job
+    state = stage.domains["dom-a"]
+    assert len(state.collected) == 10  # one document per text kept
+    twin = DomainState(stage.config)
+    twin.restore(state.snapshot())  # a restarted stage knows which texts it holds
+    assert twin.collect({"doc_id": "again", "content": content_hash("text 3", length=16)}) == 10
+    [job] = feed(range(10, 30))  # 20 texts more: 30 distinct
+    assert len(job.train_doc_ids) + len(job.heldout_doc_ids) == 30
+    assert state.collected == [] and state.collect({"doc_id": "z", "content": "c"}) == 1
