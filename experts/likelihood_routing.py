@@ -267,6 +267,20 @@ class LikelihoodRouter:
         contested = [nearest, *rivals] if experts.of(ids[nearest]) is not None else rivals
         return [ids[i] for i in contested[: self.candidates]], True
 
+    def keeper_of(self, x: np.ndarray, domains: DomainTable, experts: DomainExperts) -> str | None:
+        """The domain with an expert that the route stage's rule gives the text when the
+        domains still waiting for their experts are left out (the nearest domain with an
+        expert, if the text reaches its threshold), else None: what may have served the
+        text before a waiting domain came nearer. In :meth:`rerank` a waiting domain's text
+        stays with it when its expert explains the text's head at least as well as the
+        trunk, unless another expert wins the text outright. (The trunk's own domains have
+        no expert either and are left out too: hence the comparison with the trunk.)"""
+        ids, sims, thresholds, _, _ = domains.scores(x)  # sims: (K,)
+        for i in np.argsort(-sims, kind="stable"):
+            if experts.of(ids[i]) is not None:
+                return ids[i] if sims[i] >= thresholds[i] else None
+        return None
+
     def choose(
         self,
         embedding_domain: str | None,
@@ -313,10 +327,17 @@ class LikelihoodRouter:
             losses, _ = mixture.token_losses(batch, None, rows)  # (1 + C, T-1)
         mean = losses.mean(dim=1).tolist()  # (1 + C,)
         scored = dict(zip(names, mean[1:], strict=True))
-        chosen = self.choose(decision.domain_id, mean[0], scored, experts)
+        held = decision.domain_id
+        if contested and experts.of(held) is None:  # a domain waiting for its expert
+            keeper = self.keeper_of(x, domains, experts)
+            if keeper is not None and scored.get(keeper, np.inf) <= mean[0]:
+                held = keeper  # its expert explains the text at least as well as the trunk
+        chosen = self.choose(held, mean[0], scored, experts)
         mix = []
         if chosen is None and decision.domain_id is None:
             mix = tied(mean[0], scored, self.mix_margin, self.separation, self.mix_top)
+        if chosen is None:
+            chosen = decision.domain_id  # the trunk, for a novel or a waiting domain's text
         info = {
             "trunk_loss": round(mean[0], 4),
             "losses": {d: round(v, 4) for d, v in scored.items()},

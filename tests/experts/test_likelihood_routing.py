@@ -329,6 +329,27 @@ def test_a_text_of_a_domain_waiting_for_its_expert_is_re_ranked_as_a_novel_one()
     assert step.candidates_of(text, table, every, served) == ([], False)  # it has one now
 
 
+def test_a_waiting_domain_takes_no_text_an_experts_domain_held() -> None:
+    """'new' (no expert yet) is nearest; without it the text would be 'old''s (it reaches
+    old's threshold): 'old' keeps it unless another expert wins it outright, even when
+    old's expert does not beat the trunk by margin on the text's head; a text no domain
+    with an expert held stays with the waiting domain (the trunk)."""
+    from router.gate import DomainExperts, GateExpert
+    from router.records import DomainRecord
+
+    table, text = _contest_table()
+    experts = DomainExperts(GateExpert(f"{d}-e1", d, table.get(d).centroid) for d in ("old", "far"))
+    step = LikelihoodRouter()
+    assert step.keeper_of(text, table, experts) == "old"  # cosine 0.90 >= 0.7
+    unsure = {"old": 5.8, "far": 9.0}  # old beats the trunk (6.0) by 0.2 < margin
+    assert step.choose("old", 6.0, unsure, experts) == "old"
+    assert step.choose("new", 6.0, unsure, experts) == "new"  # what held it before: the trunk
+    assert step.choose("old", 6.0, {"old": 5.8, "far": 4.0}, experts) == "far"  # won outright
+    table.apply(DomainRecord("old", table.get("old").centroid, 0.95, 50, 0.97, version=2))
+    assert step.keeper_of(text, table, experts) is None  # below old's own threshold
+    assert step.keeper_of(text, table, DomainExperts([])) is None
+
+
 @pytest.mark.slow
 def test_a_newcomer_does_not_take_a_document_an_older_expert_explains_better(trained) -> None:
     """A new domain centred on one python file, served by the legal expert (as when a
