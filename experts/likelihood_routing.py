@@ -336,8 +336,6 @@ class LikelihoodRouter:
         mix = []
         if chosen is None and decision.domain_id is None:
             mix = tied(mean[0], scored, self.mix_margin, self.separation, self.mix_top)
-        if chosen is None:
-            chosen = decision.domain_id  # the trunk, for a novel or a waiting domain's text
         info = {
             "trunk_loss": round(mean[0], 4),
             "losses": {d: round(v, 4) for d, v in scored.items()},

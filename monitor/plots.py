@@ -21,6 +21,7 @@ from matplotlib.colors import TwoSlopeNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from monitor.compact import COMPACT_DOMAINS  # noqa: E402
+from trainer.records import ACTIVE_STATES  # noqa: E402
 
 PALETTE = ["#2563eb", "#db2777", "#059669", "#d97706", "#7c3aed", "#0891b2", "#dc2626", "#65a30d"]
 INK = "#1f2937"
@@ -232,7 +233,7 @@ def training_spans(live: dict[str, Any]) -> list[dict[str, Any]]:
         start = int(job.get("first_ms") or end)
         state, expert = job.get("state", ""), job.get("expert_id")
         registration = registered.get(job_id) or {}
-        if registration and state in ("taken", "started", "step"):
+        if registration and state in ACTIVE_STATES:
             state, expert = "finished", registration.get("expert_id")
         spans.append(
             {

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from worx.checks import check_choice, check_id, check_range
 from worx.records import Record
 
-STATES = ("taken", "started", "step", "finished", "not_worth_it", "failed", "skipped")
+ACTIVE_STATES = ("taken", "started", "step")  # a trainer holds the job
+TERMINAL_STATES = ("finished", "not_worth_it", "failed", "skipped")
+STATES = ACTIVE_STATES + TERMINAL_STATES
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from monitor.compact import COMPACT_DOMAINS
 from monitor.drift_explain import explain, outcome, tally
 from monitor.run_summary import old_domain_loss_rises
 from router.naming import display_name
-from topology.loop.watcher import ACTIVE_JOB_STATES, LoopState
+from topology.loop.watcher import LoopState
+from trainer.records import ACTIVE_STATES
 
 RATE_WINDOW_S = 10.0
 DRIFT_ROWS = 6  # latest drift events shown (all of them are in the summary)
@@ -157,7 +158,7 @@ def _jobs(state: LoopState) -> Panel:
             status.state if status else "queued",
             f"{status.step}/{status.total_steps}" if status else "",
             f"{status.loss:.3f}" if status and status.loss is not None else "",
-            outcome(status) if status and status.state not in ACTIVE_JOB_STATES else "",
+            outcome(status) if status and status.state not in ACTIVE_STATES else "",
         )
     title = f"training jobs: {len(state.jobs)}   experts registered: {len(state.experts)}"
     if len(state.jobs) > LIST_ROWS:

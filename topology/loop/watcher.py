@@ -25,13 +25,11 @@ from ingest.records import DeadLetter, Doc
 from monitor.records import EvalRow
 from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob
 from topology.composition.topics import Topics
-from trainer.records import TrainStatus
+from trainer.records import ACTIVE_STATES, TERMINAL_STATES, TrainStatus
 from worx.records import RecordError
 
 log = logging.getLogger(__name__)
 
-TERMINAL_JOB_STATES = ("finished", "not_worth_it", "failed", "skipped")
-ACTIVE_JOB_STATES = ("taken", "started", "step")  # a trainer holds the job
 MAX_IDS = 200_000  # distinct doc ids remembered (a replay within this window is not recounted)
 MAX_LABELS = 1000  # distinct document labels counted (the rest as "(other)")
 MAX_ROWS = 10_000  # jobs, statuses, domains, experts, evaluation rows and events kept
@@ -104,8 +102,7 @@ class LoopState:
         return [
             job_id
             for job_id in self.jobs
-            if job_id not in self.job_status
-            or self.job_status[job_id].state not in TERMINAL_JOB_STATES
+            if job_id not in self.job_status or self.job_status[job_id].state not in TERMINAL_STATES
         ]
 
     def latest_eval(self, run: str = "ours") -> EvalRow | None:
@@ -243,7 +240,7 @@ class LoopWatcher:
             _put(s.jobs, record.job_id, record)
         elif isinstance(record, TrainStatus):
             _put(s.job_status, record.job_id, record)
-            if record.state in ACTIVE_JOB_STATES and record.job_id not in s.job_started_ms:
+            if record.state in ACTIVE_STATES and record.job_id not in s.job_started_ms:
                 _put(s.job_started_ms, record.job_id, record.created_ms)
         elif isinstance(record, ExpertRegistration):
             _put(s.experts, record.expert_id, record)
