@@ -370,6 +370,9 @@ def run_mixed(
         until = promoted_at.get(label, len(stream))
         delays[label] = sum(1 for d in stream[:until] if d.domain == label)
     rare = [label for label, c in counts.items() if c < 0.02 * len(stream)]
+    job_labels = Counter(
+        hints.get(job.domain_id) for _, job in pipe.jobs if job.reason == "new_domain"
+    )
     return {
         "mixed_docs": len(stream),
         "mixed_nmi": nmi,
@@ -384,6 +387,10 @@ def run_mixed(
         "mixed_rare_labels": len(rare),
         "mixed_rare_found": sum(1 for r in rare if r in promoted_at) / max(1, len(rare)),
         "mixed_jobs": len(pipe.jobs),
+        # labels that got a domain but no expert (its job never gathered enough texts), and
+        # new-domain jobs for a label that had one already (a second expert for one kind)
+        "mixed_found_without_job": sorted(set(promoted_at) - set(job_labels)),
+        "mixed_second_jobs": sum(c - 1 for label, c in job_labels.items() if label and c > 1),
     }
 
 

@@ -104,6 +104,7 @@ class NoveltyClusterer:
         self.coarse_knn = coarse_knn
         self.min_group = max(5, min_size // 4)  # smallest group reported (to be absorbed)
         self.items: list[dict[str, Any]] = []  # per buffered doc: doc_id, label, position...
+        self._texts: set[str] = set()  # the buffered documents' content ids
         self._previous: list[tuple[frozenset[str], int]] = []  # last run's cores: ids, stable
         # rows [0, n) hold the buffer; allocated ahead so that adding a document costs one
         # row of cosines, O(n * dim), not a copy of the buffer
@@ -118,9 +119,20 @@ class NoveltyClusterer:
         """The buffered documents' vectors, ``(n, dim)`` (a view: do not keep it)."""
         return self._vectors[: len(self.items)]
 
-    def add(self, vector: np.ndarray, item: dict[str, Any]) -> None:
-        """Buffer one novel document (``item`` must hold a unique ``doc_id``). Beyond
-        ``capacity`` the oldest are dropped at the next :meth:`run`."""
+    def add(self, vector: np.ndarray, item: dict[str, Any]) -> bool:
+        """Buffer one novel document (``item`` must hold a unique ``doc_id``); returns
+        whether it was buffered. Beyond ``capacity`` the oldest are dropped at the next
+        :meth:`run`.
+
+        A document whose text (``item["content"]``, when given) is already buffered is not:
+        copies of one text are each other's nearest neighbours, so a text a stream repeats
+        would make a core of its own, a domain of one text beside its kind's.
+        """
+        text = item.get("content")
+        if text and text in self._texts:
+            return False
+        if text:
+            self._texts.add(text)
         n = len(self.items)
         if n == self._vectors.shape[0]:
             self._grow(max(64, 2 * n))
@@ -131,6 +143,7 @@ class NoveltyClusterer:
         self._sims[:n, n] = cosines
         self._sims[n, n] = 1.0
         self.items.append(item)
+        return True
 
     def _grow(self, allocated: int) -> None:
         n = len(self.items)
@@ -147,6 +160,7 @@ class NoveltyClusterer:
         self._vectors[:m] = self._vectors[keep]
         self._sims[:m, :m] = self._sims[np.ix_(keep, keep)]
         self.items = [self.items[i] for i in keep.tolist()]
+        self._texts = {item["content"] for item in self.items if item.get("content")}
 
     def expire(self, oldest_seq: int) -> int:
         """Drop documents whose ``seq`` is below ``oldest_seq``; returns how many."""
@@ -272,6 +286,7 @@ class NoveltyClusterer:
         if len(items) != vectors.shape[0]:
             raise ValueError("corrupt clusterer snapshot: items and vectors differ in count")
         self.items = []
+        self._texts = set()
         self._vectors = np.zeros((0, self.dim), dtype=np.float32)
         self._sims = np.zeros((0, 0), dtype=np.float32)
         self._grow(max(64, len(items)))
