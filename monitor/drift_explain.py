@@ -50,14 +50,15 @@ def _get(item: Any, key: str, default: Any = None) -> Any:
     return getattr(item, key, default)
 
 
-def outcome(status: Any) -> str:
-    """A job's state in words: registered expert, not worth it (why), failed (why), running."""
+def outcome(status: Any, id_chars: int | None = None) -> str:
+    """A job's state in words: registered expert (its id cut to ``id_chars`` where given),
+    not worth it (why), failed (why), running."""
     if status is None:
         return "queued"
     state, reason = _get(status, "state"), _get(status, "reason") or ""
     if state == "finished":
         expert = _get(status, "expert_id")
-        return f"expert {expert} registered" if expert else "finished"
+        return f"expert {expert[:id_chars]} registered" if expert else "finished"
     if state in ("not_worth_it", "failed", "skipped"):
         return f"{state.replace('_', ' ')}: {reason}" if reason else state.replace("_", " ")
     step, total = _get(status, "step", 0), _get(status, "total_steps", 0)

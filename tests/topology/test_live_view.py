@@ -106,3 +106,31 @@ def test_fifty_domains_fit_a_screen_with_the_worst_forgetting_shown_first() -> N
     first_row = next(line for line in forgetting.splitlines() if "kind" in line)
     assert "kind17" in first_row and "5.00%" in first_row
     assert text.count("kind") <= 3 * LIST_ROWS + 2
+
+
+def test_jobs_stay_readable_at_80_columns_with_short_expert_ids_and_progress_in_state() -> None:
+    state = LoopState()
+    for i in range(3):
+        domain, job_id = f"dom-{i:012d}", f"job-{i:020d}"
+        state.domains[domain] = DomainRecord(
+            domain,
+            [1.0, 0.0],
+            0.5,
+            40,
+            0.6,
+            label_hint="json_api_models",
+            expert_ids=["exp-7cf2e9a219e26d73a733"],
+        )
+        state.jobs[job_id] = _job(job_id, domain, "new_domain", i)
+    ids = list(state.jobs)
+    state.job_status[ids[0]] = TrainStatus(
+        ids[0], "dom-000000000000", "finished", 30, 30, expert_id="exp-7cf2e9a219e26d73a733"
+    )
+    state.job_status[ids[1]] = TrainStatus(ids[1], "dom-000000000001", "step", 12, 30, loss=3.2141)
+    text = _text(LiveView(0.0), state, width=80)
+    jobs = text.split("training jobs")[1]
+    assert "expert exp-7cf2e9a2 " in jobs  # the id as the timeline shows it, on one line
+    assert "exp-7cf2e9a219" not in text
+    assert "step 12/30," in jobs and "loss 3.214" in jobs
+    rows = [line for line in jobs.splitlines() if "│" in line and "━" not in line][1:]
+    assert len(rows) <= 2 * 3 + 1  # at most two lines a job (the running one's state wraps)

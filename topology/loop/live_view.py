@@ -30,6 +30,7 @@ DRIFT_ROWS = 6  # latest drift events shown (all of them are in the summary)
 # 50 domains fits a screen: the latest domains, the running and queued jobs first, the
 # domains that lost most first; the panel's title counts the rest
 LIST_ROWS = 12
+ID_SHOWN = 12  # characters of a job or expert id ("exp-" and 8 hex), as the timeline shows
 
 
 class WindowRate:
@@ -133,7 +134,7 @@ def _domains(state: LoopState) -> Panel:
             str(record.size),
             f"{record.cohesion:.2f}",
             f"{record.threshold:.2f}",
-            ", ".join(record.expert_ids) or "-",
+            ", ".join(expert_id[:ID_SHOWN] for expert_id in record.expert_ids) or "-",
         )
     shown = f" (latest {LIST_ROWS} shown)" if len(records) > LIST_ROWS else ""
     return Panel(table, title=f"domains discovered: {len(records)}{shown}")
@@ -143,27 +144,34 @@ def _jobs(state: LoopState) -> Panel:
     names = _names(state)
     table = Table(expand=True, show_edge=False)
     table.add_column("job", no_wrap=True)
-    table.add_column("domain", overflow="fold")
-    table.add_column("reason", no_wrap=True)
-    table.add_column("state", no_wrap=True)
-    table.add_column("step", justify="right", no_wrap=True)
-    table.add_column("loss", justify="right", no_wrap=True)
-    table.add_column("outcome", overflow="fold", ratio=1)  # wraps: reasons are sentences
+    table.add_column("domain", overflow="fold", ratio=1)
+    table.add_column("reason", overflow="fold")
+    table.add_column("state", overflow="fold", max_width=12)  # step and loss as it trains
+    # the outcome takes twice the domain's share of the width left, so that it stays
+    # readable at 80 columns too (a piped run's final view); it wraps by words
+    table.add_column("outcome", overflow="fold", ratio=2)
     for job_id, job in _jobs_shown(state):
         status = state.job_status.get(job_id)
         table.add_row(
-            job_id[:16],
+            job_id[:ID_SHOWN],
             names.get(job.domain_id, job.domain_id),
             job.reason,
-            status.state if status else "queued",
-            f"{status.step}/{status.total_steps}" if status else "",
-            f"{status.loss:.3f}" if status and status.loss is not None else "",
-            outcome(status) if status and status.state not in ACTIVE_STATES else "",
+            _job_state(status),
+            outcome(status, ID_SHOWN) if status and status.state not in ACTIVE_STATES else "",
         )
     title = f"training jobs: {len(state.jobs)}   experts registered: {len(state.experts)}"
     if len(state.jobs) > LIST_ROWS:
         title += f"   ({len(state.pending_jobs())} queued or running first, then the latest)"
     return Panel(table, title=title)
+
+
+def _job_state(status) -> str:
+    if status is None:
+        return "queued"
+    if status.state not in ACTIVE_STATES or not status.total_steps:
+        return status.state
+    loss = f", loss {status.loss:.3f}" if status.loss is not None else ""
+    return f"{status.state} {status.step}/{status.total_steps}{loss}"
 
 
 def _jobs_shown(state: LoopState) -> list:
