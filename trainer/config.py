@@ -87,6 +87,13 @@ class TrainerConfig:
     growth_all_layers: bool = setting(
         True, help="... and with an adapter in every block of the trunk"
     )
+    growth_max_trunk_share: float = setting(
+        1.0,
+        help="... unless the grown expert would hold more than this share of the trunk's "
+        "parameters (0: no bound): each new domain's DEMix start grows from another's, so "
+        "without a bound sizes ratchet along the chain to the rank cap",
+        range=">= 0",
+    )
     seed: int = setting(0, help="data order and initialisation")
     eval_every: int = setting(
         20, help="steps between held-out evaluations (early stopping)", unit="steps", range=">= 1"
@@ -220,8 +227,13 @@ class TrainerConfig:
             raise ValueError("trainer.start_candidates must be >= 0")
         if self.candidate_eval_rows < 0:
             raise ValueError("trainer.candidate_eval_rows must be >= 0 (0: every held-out row)")
-        if self.growth_fit_ratio < 0 or self.growth_rank_factor < 1 or self.growth_max_rank < 1:
+        if (
+            self.growth_fit_ratio < 0
+            or self.growth_rank_factor < 1
+            or self.growth_max_rank < 1
+            or self.growth_max_trunk_share < 0
+        ):
             raise ValueError(
-                "trainer.growth_fit_ratio must be >= 0 (0: off), growth_rank_factor and "
-                "growth_max_rank >= 1"
+                "trainer.growth_fit_ratio and growth_max_trunk_share must be >= 0 (0: off), "
+                "growth_rank_factor and growth_max_rank >= 1"
             )

@@ -99,7 +99,23 @@ def test_a_demix_start_grows_by_the_rule_too(trunk, parent) -> None:
     assert result.expert.config.rank == 32
 
 
+def test_a_start_does_not_grow_past_its_share_of_the_trunk(trunk, parent) -> None:
+    trunk_params = sum(p.numel() for p in trunk.model.parameters())
+    grown = _run(trunk, parent, own=1.0, growth_max_trunk_share=0.0)  # 0: no bound
+    assert grown.summary["growth"]["reasons"] == ["outgrown"]
+    between = (parent.num_params() + grown.summary["trainable_params"]) / 2 / trunk_params
+    bounded = _run(trunk, parent, own=1.0, growth_max_trunk_share=between)
+    assert bounded.summary["growth"] is None and bounded.expert.config == parent.config
+    assert _step0(bounded) == _step0(grown)  # both start as the parent's function
+    wider = _run(trunk, parent, own=1.0, growth_max_trunk_share=2 * between)
+    assert wider.expert.config == grown.expert.config
+
+
 def test_growth_settings_are_validated() -> None:
-    for bad in (dict(growth_fit_ratio=-1.0), dict(growth_rank_factor=0)):
+    for bad in (
+        dict(growth_fit_ratio=-1.0),
+        dict(growth_rank_factor=0),
+        dict(growth_max_trunk_share=-0.5),
+    ):
         with pytest.raises(ValueError, match="growth"):
             dataclasses.replace(CFG, **bad).validate()

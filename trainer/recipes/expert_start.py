@@ -74,7 +74,8 @@ def plan_start(
         return start
     own = own_ppl.get(parent_id or start.started_from or "")
     fit = parent_fit_ratio(trunk, config, heldout, start, own)
-    growth = growth_plan(start.parent, configured, config, trunk.num_layers, fit)
+    trunk_params = sum(param.numel() for param in trunk.model.parameters())
+    growth = growth_plan(start.parent, configured, config, trunk.num_layers, fit, trunk_params)
     return dataclasses.replace(start, growth=growth)
 
 
@@ -127,6 +128,7 @@ def growth_plan(
     config: TrainerConfig,
     num_layers: int,
     fit: float | None,
+    trunk_params: int = 0,
 ) -> dict[str, Any] | None:
     """How a start from ``parent`` grows (None: it keeps the parent's shape).
 
@@ -134,20 +136,29 @@ def growth_plan(
     ranks grow by ``growth_rank_factor`` (and it gets an adapter in every one of the trunk's
     ``num_layers`` blocks with ``growth_all_layers``) when the parent explains the job's
     held-out documents ``growth_fit_ratio`` times worse than its own at registration
-    (``fit``).
+    (``fit``), unless the grown expert would hold more than ``growth_max_trunk_share`` of
+    the trunk's ``trunk_params`` (then it keeps the parent's shape: ``over_budget``).
     """
     shape = parent.config
     target, reasons = shape, []
-    if config.growth_fit_ratio and fit is not None and fit >= config.growth_fit_ratio:
+    outgrown = config.growth_fit_ratio and fit is not None and fit >= config.growth_fit_ratio
+    if outgrown:
         target = scaled_config(shape, config.growth_rank_factor, config.growth_max_rank)
         if config.growth_all_layers and shape.layers:
             target = dataclasses.replace(target, layers=tuple(range(num_layers)))
-        reasons.append("outgrown")
+        budget = config.growth_max_trunk_share * trunk_params
+        if budget and _params(target, parent.hidden_size) > budget:
+            target = shape
+            reasons.append("over_budget")
+        else:
+            reasons.append("outgrown")
     if config.grow_to_configured:
         target = union_config(target, configured)
         if union_config(shape, configured) != shape:
             reasons.append("configured_shape")
     if target == shape:
+        if reasons == ["over_budget"]:
+            log.info("the start keeps its parent's shape: grown, it would exceed the budget")
         return None
     check_growable(shape, target)
     return {
@@ -158,3 +169,9 @@ def growth_plan(
         "changed": growth_record(shape, target),
         "params_before": parent.num_params(),
     }
+
+
+def _params(config: ExpertConfig, hidden_size: int) -> int:
+    """Parameters of an expert of ``config``, counted without allocating it."""
+    with torch.device("meta"):
+        return Expert(config, hidden_size).num_params()
