@@ -22,7 +22,7 @@ Example
 >>> cl = NoveltyClusterer(dim=32, knn=8, min_size=20, stable_runs=1)
 >>> centers = rng.standard_normal((2, 32))
 >>> for i, v in enumerate(np.vstack([blob(centers[0], 40), blob(centers[1], 40)])):
-...     cl.add(v.astype(np.float32), {"doc_id": f"d{i}"})
+...     _ = cl.add(v.astype(np.float32), {"doc_id": f"d{i}"})
 >>> cores = cl.run()
 >>> len(cores), all(max(c.members) < 40 or min(c.members) >= 40 for c in cores)
 (2, True)
