@@ -449,7 +449,7 @@ def main() -> None:
         result = {
             "trunk": str(trunk_dir),
             "trunk_family": trunk.family,
-            "trunk_params": sum(p.numel() for p in trunk.model.parameters()),
+            "trunk_params": trunk.num_params(),
             "torch_threads": args.threads,
         }
         result.update(bench_forward(trunk, trunk_dir, args.reps))

@@ -126,7 +126,7 @@ def run_child(spec: dict) -> dict:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     status = _proc("status", ("VmHWM", "RssAnon", "RssFile"))
     return {
-        "trunk_params": sum(p.numel() for p in trunk.model.parameters()),
+        "trunk_params": trunk.num_params(),
         "trunk_dtype": str(trunk.dtype).removeprefix("torch."),
         "expert_config": summary["expert_config"],
         "expert_params": summary["trainable_params"],

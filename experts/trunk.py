@@ -99,6 +99,9 @@ class Trunk:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def num_params(self) -> int:
+        return sum(param.numel() for param in self.model.parameters())
+
     def blocks(self) -> list[nn.Module]:
         """The transformer blocks, in order."""
         return list(_block_list(self.model, self.family))

@@ -100,7 +100,7 @@ def test_a_demix_start_grows_by_the_rule_too(trunk, parent) -> None:
 
 
 def test_a_start_does_not_grow_past_its_share_of_the_trunk(trunk, parent) -> None:
-    trunk_params = sum(p.numel() for p in trunk.model.parameters())
+    trunk_params = trunk.num_params()
     grown = _run(trunk, parent, own=1.0, growth_max_trunk_share=0.0)  # 0: no bound
     assert grown.summary["growth"]["reasons"] == ["outgrown"]
     between = (parent.num_params() + grown.summary["trainable_params"]) / 2 / trunk_params

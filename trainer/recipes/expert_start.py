@@ -74,8 +74,9 @@ def plan_start(
         return start
     own = own_ppl.get(parent_id or start.started_from or "")
     fit = parent_fit_ratio(trunk, config, heldout, start, own)
-    trunk_params = sum(param.numel() for param in trunk.model.parameters())
-    growth = growth_plan(start.parent, configured, config, trunk.num_layers, fit, trunk_params)
+    growth = growth_plan(
+        start.parent, configured, config, trunk.num_layers, fit, trunk.num_params()
+    )
     return dataclasses.replace(start, growth=growth)
 
 
@@ -128,7 +129,7 @@ def growth_plan(
     config: TrainerConfig,
     num_layers: int,
     fit: float | None,
-    trunk_params: int = 0,
+    trunk_params: int,
 ) -> dict[str, Any] | None:
     """How a start from ``parent`` grows (None: it keeps the parent's shape).
 
@@ -141,13 +142,13 @@ def growth_plan(
     """
     shape = parent.config
     target, reasons = shape, []
-    outgrown = config.growth_fit_ratio and fit is not None and fit >= config.growth_fit_ratio
-    if outgrown:
+    if config.growth_fit_ratio and fit is not None and fit >= config.growth_fit_ratio:
         target = scaled_config(shape, config.growth_rank_factor, config.growth_max_rank)
         if config.growth_all_layers and shape.layers:
             target = dataclasses.replace(target, layers=tuple(range(num_layers)))
         budget = config.growth_max_trunk_share * trunk_params
         if budget and _params(target, parent.hidden_size) > budget:
+            log.info("the start keeps its parent's shape: grown, it would exceed the budget")
             target = shape
             reasons.append("over_budget")
         else:
@@ -157,8 +158,6 @@ def growth_plan(
         if union_config(shape, configured) != shape:
             reasons.append("configured_shape")
     if target == shape:
-        if reasons == ["over_budget"]:
-            log.info("the start keeps its parent's shape: grown, it would exceed the budget")
         return None
     check_growable(shape, target)
     return {
