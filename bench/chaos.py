@@ -18,7 +18,8 @@ discover's domains included), ``serve_availability``, ``time_to_expert_p50_s`` /
 Usage::
 
     python bench/chaos.py [--minutes 10] [--seed 0] [--faults-per-minute 4] [--no-faults]
-                          [--schedule FILE] [--out DIR] [--trunk DIR]
+                          [--schedule FILE] [--out DIR] [--trunk DIR] [--serve-replicas 2]
+                          [--corpus many --new-domains a,b,...]
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from topology.chaos.schedule import (  # noqa: E402
     chaos_schedule,
     read_schedule,
     schedule_json,
+    stage_names,
 )
-from topology.commands.demo import demo_stage_defaults  # noqa: E402
+from topology.commands.demo import corpus_domains, demo_stage_defaults  # noqa: E402
 from topology.loop.demo_run import DemoPlan  # noqa: E402
 
 MIN_AVAILABILITY = 0.99
@@ -50,8 +52,9 @@ KEPT_FAULT_FREE = ("time_to_expert_p50_s", "time_to_expert_p95_s", "time_to_expe
 
 
 def stream_plan(args: argparse.Namespace, run_dir: Path) -> DemoPlan:
-    """The stream of both runs: the demo's, longer with --minutes (its mixture grows)."""
-    return DemoPlan(
+    """The stream of both runs: the demo's, longer with --minutes (its mixture grows), on
+    --corpus's domains (--new-domains of them) when given."""
+    plan = DemoPlan(
         run_dir=run_dir,
         trunk_dir=Path(args.trunk or default_trunk_dir()).resolve(),
         per_domain=args.per_domain,
@@ -59,7 +62,14 @@ def stream_plan(args: argparse.Namespace, run_dir: Path) -> DemoPlan:
         seed=args.seed,
         stage_env={k: v for k, v in demo_stage_defaults().items() if k not in os.environ},
         timeout_s=args.minutes * 60 + 1200,
+        serve_replicas=args.serve_replicas,
     )
+    if args.corpus:
+        plan.corpus_dir = Path(args.corpus)
+        plan.old_domains, plan.new_domains = corpus_domains(plan.corpus_dir, plan.old_domains)
+    if args.new_domains:
+        plan.new_domains = tuple(d for d in args.new_domains.split(",") if d)
+    return plan
 
 
 def main() -> None:
@@ -73,6 +83,15 @@ def main() -> None:
     parser.add_argument("--per-domain", type=int, default=320)
     parser.add_argument("--mixture-docs", type=int, help="default: 150 per minute")
     parser.add_argument("--trunk", help="default: the bundled trunk")
+    parser.add_argument("--corpus", help="labelled corpus directory or preset (as worx demo's)")
+    parser.add_argument("--new-domains", help="comma-separated: the stream's new domains")
+    parser.add_argument(
+        "--serve-replicas",
+        type=int,
+        default=2,
+        help="serve processes behind the loop's front, each a target of its own (default 2; "
+        "1: one serve process, whose every restart is an outage)",
+    )
     parser.add_argument("--out", default="worx-chaos", help="parent of the run directories")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -91,7 +110,10 @@ def main() -> None:
         faults = read_schedule(Path(args.schedule).read_text())
     else:
         shape = ScheduleShape(
-            args.minutes * 60, args.faults_per_minute, broker_pause_max_s=args.broker_pause_max
+            args.minutes * 60,
+            args.faults_per_minute,
+            broker_pause_max_s=args.broker_pause_max,
+            stages=stage_names(args.serve_replicas),
         )
         faults = chaos_schedule(args.seed, shape)
     print(f"chaos schedule (seed {args.seed}): {schedule_json(faults)}", file=sys.stderr)
@@ -108,6 +130,7 @@ def main() -> None:
         report[f"fault_free_{key}"] = fault_free[key]
     report["fault_free_invariant_violations"] = fault_free["invariant_violations"]
     report["minutes"] = args.minutes
+    report["serve_replicas"] = args.serve_replicas
     report["run_dir"] = str(root)
     report["loadavg"] = [list(load_before), list(os.getloadavg())]
     print(json.dumps(report), flush=True)

@@ -8,8 +8,9 @@
   another shape, :data:`ERROR_SHAPES`), :func:`refuse_path_tricks` (dot segments, encoded
   slashes: 404), :func:`bearer_token` (``Authorization: Bearer <token>``; 401 otherwise),
   :func:`host_check` (the Host header must name this server: no DNS rebinding).
-* :func:`read_json` reads a JSON object body under a size limit and a read timeout, and
-  refuses NaN/Infinity and deep nesting with a 400 and a short reason.
+* :func:`read_body` reads a body under a size limit and a read timeout; :func:`read_json`
+  reads a JSON object so, and refuses NaN/Infinity and deep nesting with a 400 and a short
+  reason.
 * :func:`follower_health`: the state of the table followers a process depends on.
 """
 
@@ -189,6 +190,25 @@ def host_check(bind_host: str, allowed: Iterable[str] = ()) -> Any:
     return check
 
 
+async def read_body(request: web.Request, limits: HttpLimits) -> bytes:
+    """The request's body, read within ``limits``.
+
+    Raises:
+        HttpError: 413 (declared or sent over the limit), 408 (not received in time).
+    """
+    if request.content_length is not None and request.content_length > limits.max_body_bytes:
+        raise HttpError(413, f"request body over the {limits.max_body_bytes}-byte limit")
+    try:
+        async with asyncio.timeout(limits.read_timeout_s):
+            return await request.read()
+    except TimeoutError:
+        raise HttpError(
+            408, f"request body not received within {limits.read_timeout_s:g} s"
+        ) from None
+    except web.HTTPRequestEntityTooLarge:
+        raise HttpError(413, f"request body over the {limits.max_body_bytes}-byte limit") from None
+
+
 async def read_json(request: web.Request, limits: HttpLimits) -> dict[str, Any]:
     """The request's JSON object, read within ``limits``.
 
@@ -196,17 +216,7 @@ async def read_json(request: web.Request, limits: HttpLimits) -> dict[str, Any]:
         HttpError: 413 (too large), 408 (not received in time), 400 (not a JSON object,
             NaN/Infinity, nested too deep).
     """
-    if request.content_length is not None and request.content_length > limits.max_body_bytes:
-        raise HttpError(413, f"request body over the {limits.max_body_bytes}-byte limit")
-    try:
-        async with asyncio.timeout(limits.read_timeout_s):
-            raw = await request.read()
-    except TimeoutError:
-        raise HttpError(
-            408, f"request body not received within {limits.read_timeout_s:g} s"
-        ) from None
-    except web.HTTPRequestEntityTooLarge:
-        raise HttpError(413, f"request body over the {limits.max_body_bytes}-byte limit") from None
+    raw = await read_body(request, limits)
     try:
         if len(raw) > PARSE_ON_LOOP_BYTES:  # a big body is parsed off the event loop
             body = await asyncio.to_thread(_parse, raw)

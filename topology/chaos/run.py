@@ -29,7 +29,7 @@ from topology.chaos.sampler import (
     stage_samples,
     unbounded,
 )
-from topology.chaos.schedule import Fault
+from topology.chaos.schedule import Fault, stage_kind
 from topology.composition.embedded_broker import EmbeddedBroker
 from topology.composition.topics import Topics, ensure_topics
 from topology.loop.demo_run import DemoPlan, demo_documents, feed_spec, loop_is_done, write_stream
@@ -87,6 +87,7 @@ def run_chaos(plan: ChaosPlan) -> dict:
             trunk_dir=plan.stream.trunk_dir,
             stage_env=plan.stream.stage_env,
             max_restarts=plan.max_restarts,
+            serve_replicas=plan.stream.serve_replicas,
         )
         loop = start_loop(options, conf)
         prober = ScoreProber(loop.serve_url, plan.probe_text)
@@ -183,7 +184,8 @@ def _phases(loop: RunningLoop, prober: ScoreProber):
             "serve": "mid-request",
             "ingest": "mid-feed",
         }
-        return names.get(name, "mid-stream") if busy.get(name) else "idle"
+        kind = stage_kind(name)
+        return names.get(kind, "mid-stream") if busy.get(kind) else "idle"
 
     return phase_of
 
@@ -262,8 +264,10 @@ def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: Sco
 
 def serve_figures(evidence: Evidence, injector: Injector, prober: ScoreProber) -> dict:
     """Availability over the run, and without the outages that followed a fault of serve
-    itself (its restart is an outage no single process can avoid)."""
-    own_faults = [evidence.started + a.at_s for a in injector.injected() if a.target == "serve"]
+    itself (of any of its replicas: one process's restart is an outage it cannot avoid)."""
+    own_faults = [
+        evidence.started + a.at_s for a in injector.injected() if stage_kind(a.target) == "serve"
+    ]
     found = outages(prober.outcomes)
     own, other = after_own_faults(found, own_faults, prober.timeout_s + 2 * prober.interval_s)
     asked = prober.answered + prober.failed

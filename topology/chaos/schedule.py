@@ -27,6 +27,22 @@ STAGES = ("route", "discover", "trainer", "serve", "monitor", "ingest")
 BROKER = "broker"
 
 
+def stage_names(serve_replicas: int = 1) -> tuple[str, ...]:
+    """The stages a schedule may hit: :data:`STAGES` and every serve replica past the first
+    (``serve-2``, ...; see ``orchestrate.serve_children``)."""
+    return STAGES + tuple(f"serve-{k}" for k in range(2, serve_replicas + 1))
+
+
+def stage_kind(name: str) -> str:
+    """What a supervised process is: ``serve-2`` and ``serve`` are both ``serve``.
+
+    >>> stage_kind("serve-2"), stage_kind("trainer"), stage_kind("ingest")
+    ('serve', 'trainer', 'ingest')
+    """
+    base, _, k = name.rpartition("-")
+    return base if base and k.isdigit() else name
+
+
 @dataclass(frozen=True)
 class Fault:
     at_s: float  # seconds after the run started

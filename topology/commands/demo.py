@@ -111,6 +111,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "partitions, each with cores/N torch threads (default 1)",
     )
     parser.add_argument(
+        "--serve-replicas",
+        type=int,
+        default=1,
+        help="serve processes behind one front on the serve address, so that a serve "
+        "restart is not an outage ([serve] replicas; default 1)",
+    )
+    parser.add_argument(
         "--rate",
         type=float,
         default=DEMO_RATE,
@@ -194,6 +201,9 @@ def run(args: argparse.Namespace) -> int:
         plan.mixture_docs = args.mixture_docs
     plan.stream, plan.docs = stream_name(args.stream), args.docs
     plan.trainers = args.trainers
+    if args.serve_replicas < 1:
+        raise UserError(f"--serve-replicas {args.serve_replicas}", "pass --serve-replicas N >= 1")
+    plan.serve_replicas = args.serve_replicas
     if args.rate < 0:
         raise UserError(f"--rate {args.rate:g}", "pass --rate R with R >= 0 (0: unpaced)")
     plan.rate = args.rate or None

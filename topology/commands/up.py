@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         store_dir=paths.store_dir(config),
         monitor_dir=paths.monitor_state_dir(config),
         runtime=args.runtime,
+        serve_replicas=config.serve.replicas,
+        serve_limits=config.serve.http_limits(),
     )
     console = Console()
     stop = threading.Event()

@@ -47,6 +47,9 @@ from trainer.config import TrainerConfig
 from worx.errors import UserError, nearest
 from worx.settings import setting
 
+if typing.TYPE_CHECKING:
+    from worx.web import HttpLimits
+
 
 class ConfigError(UserError, ValueError):
     """A setting (file or environment) that cannot be used; the message says which."""
@@ -169,12 +172,28 @@ class ServeConfig:
         unit="rows",
         range=">= 1",
     )
+    replicas: int = setting(
+        1,
+        help="serve processes `worx up` starts, each on its own port, behind one front on the "
+        "serve address that sends each request to a replica that answers its health check: "
+        "while one restarts (it loads the trunk and every expert again) the others answer",
+        range=">= 1",
+    )
     allowed_hosts: tuple[str, ...] = setting(
         (),
         help="names the API is reached by besides loopback and experts.serve_host (a Host "
         'header naming anything else is refused: DNS rebinding), e.g. "serve" for other '
         "containers",
     )
+
+    def http_limits(self) -> HttpLimits:
+        from worx.web import HttpLimits  # aiohttp: only where a server is made
+
+        return HttpLimits(
+            max_body_bytes=self.max_body_bytes,
+            read_timeout_s=self.read_timeout_s,
+            idle_timeout_s=self.idle_timeout_s,
+        )
 
     def validate(self) -> None:
         if self.max_body_bytes < 1024:
@@ -187,6 +206,8 @@ class ServeConfig:
             raise ValueError("serve.chars_per_token must be >= 1")
         if self.batch_window_ms < 0 or self.batch_max_rows < 1:
             raise ValueError("serve.batch_window_ms must be >= 0 and serve.batch_max_rows >= 1")
+        if self.replicas < 1:
+            raise ValueError("serve.replicas must be >= 1")
 
 
 @dataclasses.dataclass(frozen=True)

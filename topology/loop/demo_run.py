@@ -63,6 +63,7 @@ class DemoPlan:
     stream: str = "phased"  # the documents' order, one of STREAMS (demo_documents)
     docs: int | None = None  # mixed: the stream's length (None: mixed_docs's default)
     trainers: int = 1  # trainer processes in one group (orchestrate.trainer_children)
+    serve_replicas: int = 1  # serve processes behind one front (orchestrate.serve_children)
     rate: float | None = None  # documents fed per second (None: as fast as ingest goes)
 
 
@@ -212,6 +213,7 @@ def run_demo(
             store_dir=plan.store_dir,
             runtime=plan.runtime,
             trainers=plan.trainers,
+            serve_replicas=plan.serve_replicas,
         )
         loop = start_loop(options, conf)
         try:

@@ -2,8 +2,8 @@
 `worx up`. Wiring only; every algorithm runs inside the stage processes it starts.
 
 Stages, each its own process (so each can fail and restart alone):
-route, discover, trainer, serve, monitor, plus a feed (a file replay for the demo,
-`worx connect` on the company's topics for `worx up`).
+route, discover, trainer, serve (``[serve] replicas`` of it behind one front), monitor, plus
+a feed (a file replay for the demo, `worx connect` on the company's topics for `worx up`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from topology.loop.live_view import LiveView
 from topology.loop.supervisor import ChildSpec, Supervisor, worx_argv
 from topology.loop.watcher import LoopState, LoopWatcher
 from topology.runtimes.table_follower import TableFollower
+from topology.serve.front import ServeFront
+from worx.web import HttpLimits
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,8 @@ class LoopOptions:
     runtime: str = "plain"  # route + discover: "plain" (two processes) or "flink" (one job)
     trainers: int = 1  # trainer processes in one consumer group (trainer_children)
     max_restarts: int = 3  # per stage within ChildSpec.restart_window_s (chaos: more)
+    serve_replicas: int = 1  # > 1: that many serve processes behind one front (serve_children)
+    serve_limits: HttpLimits = field(default_factory=HttpLimits)  # the front's body limits
 
 
 @dataclass
@@ -62,10 +66,13 @@ class RunningLoop:
     started: float
     # keeps <run_dir>/domains.json (topology/composition/run_dir.py)
     domains: TableFollower | None = None
+    front: ServeFront | None = None  # the serve address, with several serve replicas
 
     def stop(self) -> None:
-        """Stop every stage, the watcher and the table file's follower."""
+        """Stop every stage, the serve front, the watcher and the table file's follower."""
         self.supervisor.stop_all()
+        if self.front is not None:
+            self.front.stop()
         self.watcher.stop()
         if self.domains is not None:
             self.domains.stop()
@@ -119,19 +126,39 @@ def start_loop(options: LoopOptions, conf: dict) -> RunningLoop:
         supervisor.start(spec)
     for spec in trainer_children(options, usable_cores()):
         supervisor.start(spec)
-    serve_url = dashboard_url = None
+    serve_url = dashboard_url = front = None
     if options.serve:
-        port = free_port(options.host)
-        serve_url = f"http://{options.host}:{port}"
-        serve = worx_argv("serve", "--host", options.host, "--port", str(port))
-        supervisor.start(ChildSpec("serve", serve, max_restarts=restarts))
+        specs, urls = serve_children(options)
+        for spec in specs:
+            supervisor.start(spec)
+        serve_url = urls[0]
+        if len(urls) > 1:
+            front = ServeFront(urls, options.serve_limits)
+            serve_url = front.start(options.host, 0)
     if options.monitor:
         port = free_port(options.host)
         dashboard_url = f"http://{options.host}:{port}/"
         argv = ["monitor", "--host", options.host, "--port", str(port)]
         argv.append("--baseline" if options.baseline else "--no-baseline")
         supervisor.start(ChildSpec("monitor", worx_argv(*argv), max_restarts=restarts))
-    return RunningLoop(supervisor, watcher, dashboard_url, serve_url, time.monotonic(), domains)
+    started = time.monotonic()
+    return RunningLoop(supervisor, watcher, dashboard_url, serve_url, started, domains, front)
+
+
+def serve_children(options: LoopOptions) -> tuple[list[ChildSpec], list[str]]:
+    """``options.serve_replicas`` serve processes, ``serve``, ``serve-2``, ..., each on a
+    free port of its own; returns them and their URLs. With more than one, the loop puts a
+    :class:`ServeFront` on the serve address: one replica's restart is not an outage."""
+    if options.serve_replicas < 1:
+        raise ValueError(f"serve replicas must be >= 1, not {options.serve_replicas}")
+    specs, urls = [], []
+    for k in range(1, options.serve_replicas + 1):
+        port = free_port(options.host)
+        argv = worx_argv("serve", "--host", options.host, "--port", str(port))
+        name = "serve" if k == 1 else f"serve-{k}"
+        specs.append(ChildSpec(name, argv, max_restarts=options.max_restarts))
+        urls.append(f"http://{options.host}:{port}")
+    return specs, urls
 
 
 def route_and_discover(runtime: str, max_restarts: int = 3) -> list[ChildSpec]:

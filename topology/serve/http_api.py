@@ -235,11 +235,7 @@ def options_from_config(serve: Any) -> dict[str, Any]:
     (``topology.composition.worx_config.ServeConfig``)."""
     return {
         "api_token": serve.api_token,
-        "limits": HttpLimits(
-            max_body_bytes=serve.max_body_bytes,
-            read_timeout_s=serve.read_timeout_s,
-            idle_timeout_s=serve.idle_timeout_s,
-        ),
+        "limits": serve.http_limits(),
         # with batching a request mostly waits for its shared forward: admit a full batch
         "workers": max(serve.workers, serve.batch_max_rows) if serve.batching else serve.workers,
         "queue": serve.queue,
