@@ -35,6 +35,7 @@ class Sample:
     docs: int  # documents routed when it was taken
     values: Mapping[str, float]
     age_s: float = 0.0  # of the process (0 for "disk" and "topics")
+    experts: int = 0  # experts registered when it was taken
 
 
 def stage_samples(supervisor: Supervisor, docs: int) -> list[Sample]:
@@ -127,6 +128,18 @@ def growth_per_10k(
             rate = round((last.values[metric] - first.values[metric]) / span * PER, 3)
             figures[metric] = max(rate, figures.get(metric, rate))
     return dict(sorted(growth.items()))
+
+
+def settled_docs(samples: Iterable[Sample]) -> int:
+    """Documents routed when the run's last expert had registered (the first sample that saw
+    them all): from there on a stage's growth is its own per document, not the experts'.
+
+    >>> settled_docs([Sample("disk", 0, d, {}, experts=n) for d, n in ((0, 0), (500, 2), (900, 2))])
+    500
+    """
+    samples = list(samples)
+    final = max((s.experts for s in samples), default=0)
+    return min((s.docs for s in samples if s.experts == final), default=0)
 
 
 def unbounded(growth: Mapping[str, Mapping[str, float]]) -> list[str]:
