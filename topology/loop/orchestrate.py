@@ -69,10 +69,10 @@ class RunningLoop:
     front: ServeFront | None = None  # the serve address, with several serve replicas
 
     def stop(self) -> None:
-        """Stop every stage, the serve front, the watcher and the table file's follower."""
-        self.supervisor.stop_all()
+        """Stop the serve front, every stage, the watcher and the table file's follower."""
         if self.front is not None:
-            self.front.stop()
+            self.front.stop()  # first: its replicas stopping is no news to log
+        self.supervisor.stop_all()
         self.watcher.stop()
         if self.domains is not None:
             self.domains.stop()
