@@ -50,7 +50,7 @@ _kept: OrderedDict[tuple[nn.Module, ...], AdapterStack | None] = OrderedDict()
 _kept_lock = threading.Lock()
 
 
-def _stackable(adapters: tuple[nn.Module, ...]) -> bool:
+def stackable(adapters: tuple[nn.Module, ...]) -> bool:
     """Can ``adapters`` run as one stack (two or more of one shape, activation and dtype)?"""
     if len(adapters) < 2 or not all(type(a) is Adapter for a in adapters):
         return False
@@ -72,7 +72,7 @@ def stack_of(adapters: list[nn.Module]) -> AdapterStack | None:
         if key in _kept:
             _kept.move_to_end(key)
             return _kept[key]
-    if not _stackable(key):
+    if not stackable(key):
         stack = None
     else:
         stack = _stacked(key)
@@ -109,6 +109,33 @@ def rows_of(stack: AdapterStack, row_weights: torch.Tensor) -> StackedRows:
     weights = row_weights.to(stack.up_weight.dtype)
     gate = weights.repeat_interleave(stack.rank, dim=1)[:, None, :]  # (B, 1, E*r)
     return StackedRows(stack, gate, (weights @ stack.up_bias)[:, None, :])
+
+
+class PendingStack:
+    """A layer's stack of one plan, built (:func:`stack_of`) at the first one-token forward
+    that asks for it, never for a forward of several tokens per row (prefill, scoring,
+    training), which takes each expert's own route: those forwards built stacks they never
+    used, and a process that only scores (the monitor) held up to ``KEPT_BYTES`` of them
+    and fragmented its heap with their churn."""
+
+    def __init__(
+        self, adapters: list[nn.Module], row_weights: list[list[float]], device: torch.device
+    ) -> None:
+        self.adapters = adapters
+        self.row_weights = row_weights  # (B, E) as lists: a tensor only if it is built
+        self.device = device
+        self._rows: StackedRows | None = None
+        self._built = False
+
+    def rows(self) -> StackedRows | None:
+        """The plan's rows over the stack; None when the adapters cannot be stacked."""
+        if not self._built:
+            stack = stack_of(self.adapters)
+            if stack is not None:
+                weights = torch.tensor(self.row_weights, device=self.device)  # (B, E)
+                self._rows = rows_of(stack, weights)
+            self._built = True
+        return self._rows
 
 
 def apply_stack(rows: StackedRows, x: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,8 @@ An expert's parts meet the trunk at three kinds of site, each scaled by the row'
 Where two or more experts have adapters at one layer, the plan also holds them stacked
 (``("mlp_stack", l)``, :mod:`experts.adapter_stack`): a forward of one token per row (a
 decode step of the running batch) applies them with one pair of products instead of one
-pair per expert.
+pair per expert. The stack is built by the first such forward, never by a forward of several
+tokens per row (scoring, prefill, training), which does not use it.
 
 Mechanics: hooks on every trunk MLP, block and on the output layer (installed once per
 trunk, shared by every :class:`Mixture` on it) read the routing *plan* of the forward in
@@ -44,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from experts.adapter_stack import StackedRows, apply_stack, rows_of, stack_of
+from experts.adapter_stack import PendingStack, apply_stack, stackable
 from experts.expert import Expert
 from experts.trunk import Trunk
 
@@ -94,7 +95,7 @@ class _TrunkHooks:
 
     def __init__(self, trunk: Trunk) -> None:
         self.lock = threading.RLock()
-        self.plan: dict[Site, list[_Route] | StackedRows] | None = None  # None: trunk only
+        self.plan: dict[Site, list[_Route] | PendingStack] | None = None  # None: trunk only
         self.input_ids: torch.Tensor | None = None  # (B, T) of the forward in progress
         model = trunk.model
         self.handles = [
@@ -128,8 +129,11 @@ class _TrunkHooks:
             if not plan:
                 return None
             adapters, tokens = plan.get(("mlp", layer)), plan.get(("mlp_tokens", layer))
-            stacked = plan.get(("mlp_stack", layer))
-            if stacked and inputs[0].shape[1] == 1:  # one token per row: see the module doc
+            pending = plan.get(("mlp_stack", layer))
+            stacked = None
+            if pending is not None and inputs[0].shape[1] == 1:  # one token per row: built now
+                stacked = pending.rows()
+            if stacked is not None:
                 delta = apply_stack(stacked, inputs[0])  # (B, 1, d)
                 delta = delta.to(output.dtype)
                 output = output.add_(delta) if not torch.is_grad_enabled() else output + delta
@@ -212,7 +216,7 @@ class Mixture:
 
     def plan(
         self, weights: Weights, batch: int, device: torch.device
-    ) -> dict[Site, list[_Route] | StackedRows]:
+    ) -> dict[Site, list[_Route] | PendingStack]:
         """Turn per-sequence weights into per-site routes (experts in sorted id order).
 
         Raises
@@ -256,19 +260,17 @@ class Mixture:
         self, plan: dict, expert_ids: list[str], weights: Weights, device: torch.device
     ) -> None:
         """Add each layer's stacked adapters to ``plan`` where two or more experts have one
-        there (the experts in ``expert_ids`` order, as their routes are)."""
+        there (the experts in ``expert_ids`` order, as their routes are); the stack itself is
+        built only by a one-token forward (:class:`experts.adapter_stack.PendingStack`)."""
         if len(expert_ids) < 2:
             return
         for layer in range(self.trunk.num_layers):
             users = [e for e in expert_ids if layer in self.experts[e].config.layers]
-            stack = stack_of([self.experts[e].adapter(layer) for e in users])
-            if stack is None:
+            adapters = [self.experts[e].adapter(layer) for e in users]
+            if not stackable(tuple(adapters)):
                 continue
-            row_weights = torch.tensor(
-                [[float(mapping.get(e, 0.0)) for e in users] for mapping in weights],
-                device=device,
-            )  # (B, E)
-            plan[("mlp_stack", layer)] = rows_of(stack, row_weights)
+            row_weights = [[float(mapping.get(e, 0.0)) for e in users] for mapping in weights]
+            plan[("mlp_stack", layer)] = PendingStack(adapters, row_weights, device)
 
     @contextlib.contextmanager
     def routing(self, weights: Weights, batch: int | None = None) -> Iterator[None]:

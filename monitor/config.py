@@ -88,6 +88,15 @@ class MonitorConfig:
         unit="s",
         range=">= 0",
     )
+    heap_keep_mb: int = setting(
+        64,
+        help="after each registration's evaluation (and dense baseline step), free heap memory "
+        "above this much is handed back to the OS (glibc malloc_trim, router/allocator.py): "
+        "the evaluation's temporaries otherwise stay resident as fragmented free heap, "
+        "hundreds of MB per registration with the bundled trunk; -1: never",
+        unit="MB",
+        range=">= -1",
+    )
 
     def validate(self) -> None:
         if not 0 <= self.port < 65536:
@@ -104,5 +113,7 @@ class MonitorConfig:
                 "monitor.verify_every must be >= 1 (registrations) and monitor.verify_every_s "
                 f">= 0 (seconds; 0: off), got {self.verify_every} and {self.verify_every_s}"
             )
+        if self.heap_keep_mb < -1:
+            raise ValueError(f"monitor.heap_keep_mb must be >= -1, got {self.heap_keep_mb}")
         if self.baseline_steps < 1 or self.baseline_lr <= 0:
             raise ValueError("monitor.baseline_steps must be >= 1 and monitor.baseline_lr > 0")

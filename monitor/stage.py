@@ -64,8 +64,11 @@ class MonitorStage:
         state_dir: str | Path | None = None,
         labels: DomainLabels | None = None,
         domains: KnownDomains | None = None,
+        heap_keep_bytes: int | None = None,
     ) -> None:
         self.prefix = prefix
+        # free heap kept after a registration's evaluation (None: never trimmed)
+        self.heap_keep_bytes = heap_keep_bytes
         self.history = history
         self.heldout = heldout
         self.live = live
@@ -185,6 +188,10 @@ class MonitorStage:
                     reg.job_id,
                 )
         self.live.save()
+        if self.heap_keep_bytes is not None and rows:
+            from router.allocator import release_freed_memory
+
+            release_freed_memory(self.heap_keep_bytes)
         return [Emit("metrics", f"{r.run}:{r.step}", r) for r in rows]
 
     def _train_texts(self, reg: ExpertRegistration) -> list[str]:

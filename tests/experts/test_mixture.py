@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from experts import adapter_stack
 from experts.expert import Expert, ExpertConfig
 from experts.mixture import Mixture
 from tests.support.experts import randomize
@@ -80,6 +81,31 @@ def test_one_token_forward_with_stacked_adapters_matches_per_expert_routes(trunk
     torch.testing.assert_close(stacked, routes, rtol=1e-5, atol=1e-5)
     assert torch.equal(stacked[1], trunk_only[1])  # a row without experts gets exactly 0
     assert not torch.allclose(stacked[0], trunk_only[0])
+
+
+def test_only_a_one_token_forward_builds_the_stack(trunk) -> None:
+    """Scoring, prefill and training take each expert's own route: they build no stack. A
+    process that only scores (the monitor) built stacks it never used, held up to
+    adapter_stack.KEPT_BYTES of them and fragmented its heap with their churn."""
+    ids, _ = _batch(trunk, TEXTS)
+    experts = {
+        name: randomize(
+            Expert(ExpertConfig(kind="adapter", layers=(0, 1), rank=4), trunk.hidden_size), seed
+        )
+        for seed, name in enumerate("ab", start=11)
+    }
+    mixture = Mixture(trunk, experts)
+    weights = [{"a": 0.5, "b": 0.5}] * ids.shape[0]
+    mine = {id(e.adapter(layer)) for e in experts.values() for layer in (0, 1)}
+
+    def stacks() -> int:
+        return sum(1 for key in adapter_stack._kept if mine & {id(a) for a in key})
+
+    with torch.no_grad():
+        mixture.forward(ids[:, :4], weights=weights)
+        assert stacks() == 0
+        mixture.forward(ids[:, :1], weights=weights)
+    assert stacks() == 2  # one per layer both experts adapt
 
 
 def test_chunked_losses_are_the_losses_of_the_whole_logits(trunk) -> None:

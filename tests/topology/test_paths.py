@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from topology.composition import paths
-from topology.composition.worx_config import load_config
+from topology.composition.worx_config import ConfigError, load_config
 
 
 def _config(tmp_path: Path, body: str):
@@ -55,3 +55,24 @@ def test_trainer_writes_where_serve_and_monitor_read_with_only_experts_store_dir
     assert trainer.store_dir == shared
     assert Path(trainer.store.root) == Path(server.store.root) == Path(monitor.store.root)
     assert Path(server.store.root) == shared
+
+
+def test_the_monitor_hands_free_heap_back_past_its_setting(tmp_path):
+    """Regression (bench/chaos.py's soak, 6 December): the monitor kept every registration's
+    freed temporaries resident, 70-100 MB per expert with the bundled trunk; it trims the
+    heap past [monitor] heap_keep_mb after each registration (-1: never)."""
+    from experts.trunk import build_tiny_trunk
+    from topology.composition.assemble import build_monitor
+
+    trunk = build_tiny_trunk(tmp_path / "trunk", family="gpt2", layers=1, width=16)
+    for body, kept in (
+        ("", 64 << 20),
+        ("heap_keep_mb = 8\n", 8 << 20),
+        ("heap_keep_mb = -1\n", None),
+    ):
+        config = _config(
+            tmp_path, f'[experts]\ntrunk_dir = "{trunk}"\n[monitor]\nbaseline = false\n{body}'
+        )
+        assert build_monitor(config, paths.monitor_state_dir(config)).heap_keep_bytes == kept
+    with pytest.raises(ConfigError, match="heap_keep_mb"):
+        _config(tmp_path, "[monitor]\nheap_keep_mb = -2\n")

@@ -246,4 +246,5 @@ def build_monitor(
         root,
         DomainLabels(root),
         domains,
+        heap_keep_bytes=section.heap_keep_mb << 20 if section.heap_keep_mb >= 0 else None,
     )
