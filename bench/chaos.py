@@ -18,7 +18,7 @@ discover's domains included), ``serve_availability``, ``time_to_expert_p50_s`` /
 Usage::
 
     python bench/chaos.py [--minutes 10] [--seed 0] [--faults-per-minute 4] [--no-faults]
-                          [--schedule FILE] [--out DIR] [--trunk DIR] [--serve-replicas 2]
+                          [--schedule FILE] [--out DIR] [--trunk DIR] [--serve-replicas 3]
                           [--corpus many --new-domains a,b,...]
 """
 
@@ -88,9 +88,9 @@ def main() -> None:
     parser.add_argument(
         "--serve-replicas",
         type=int,
-        default=2,
-        help="serve processes behind the loop's front, each a target of its own (default 2; "
-        "1: one serve process, whose every restart is an outage)",
+        default=3,
+        help="serve processes behind the loop's front, each a target of its own (default 3: "
+        "with 2, a fault of one while the other restarts is an outage; 1: every restart is)",
     )
     parser.add_argument("--out", default="worx-chaos", help="parent of the run directories")
     args = parser.parse_args()
