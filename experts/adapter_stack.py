@@ -10,14 +10,17 @@ product ``(B, 1, E*r) -> (B, 1, d)``. For a prompt of many tokens that would be 
 times the adapters' work, so the mixture uses it for one-token forwards only.
 
 The stacked weights of a set of adapters are built once and kept (the most recently used
-sets, up to ``KEPT_BYTES``; the key holds the adapters themselves, so an id is never
-reused for another).
+sets, up to ``KEPT_BYTES``), keyed by the adapters' ids without holding them: an expert
+the store's LRU evicted is freed (a key holding its adapters kept it, and its file's
+mapping, alive outside the LRU's budget), and its sets are dropped at the next lookup, so
+an id is never reused for another.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+import weakref
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 import torch
@@ -46,8 +49,12 @@ class AdapterStack:
         return sum(t.numel() * t.element_size() for t in parts)
 
 
-_kept: OrderedDict[tuple[nn.Module, ...], AdapterStack | None] = OrderedDict()
+_kept: OrderedDict[tuple[int, ...], AdapterStack | None] = OrderedDict()  # by id(adapter)
 _kept_lock = threading.Lock()
+_watched: set[int] = set()  # ids of the adapters in some key, each with a finalizer
+# ids of adapters freed since the last lookup (a finalizer only appends: it may run in any
+# thread, inside any allocation, even while _kept is being read)
+_freed: deque[int] = deque()
 
 
 def stackable(adapters: tuple[nn.Module, ...]) -> bool:
@@ -67,20 +74,34 @@ def stackable(adapters: tuple[nn.Module, ...]) -> bool:
 def stack_of(adapters: list[nn.Module]) -> AdapterStack | None:
     """The stacked weights of ``adapters``, built once per set; None when they cannot be
     stacked (fewer than two, or of different shapes, activations or dtypes)."""
-    key = tuple(adapters)
+    key = tuple(id(a) for a in adapters)
     with _kept_lock:
+        _drop_freed()
         if key in _kept:
             _kept.move_to_end(key)
             return _kept[key]
-    if not stackable(key):
-        stack = None
-    else:
-        stack = _stacked(key)
+    members = tuple(adapters)
+    stack = _stacked(members) if stackable(members) else None
     with _kept_lock:
+        for adapter in members:
+            if id(adapter) not in _watched:
+                _watched.add(id(adapter))
+                weakref.finalize(adapter, _freed.append, id(adapter))
         _kept[key] = stack
         while len(_kept) > 1 and sum(s.nbytes for s in _kept.values() if s) > KEPT_BYTES:
             _kept.popitem(last=False)
     return stack
+
+
+def _drop_freed() -> None:
+    """Forget the sets of adapters freed since the last lookup (caller holds the lock)."""
+    gone = set()
+    while _freed:
+        gone.add(_freed.popleft())
+    if gone:
+        for key in [k for k in _kept if gone.intersection(k)]:
+            del _kept[key]
+        _watched.difference_update(gone)
 
 
 def _stacked(adapters: tuple[Adapter, ...]) -> AdapterStack:

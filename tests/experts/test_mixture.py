@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -99,13 +102,36 @@ def test_only_a_one_token_forward_builds_the_stack(trunk) -> None:
     mine = {id(e.adapter(layer)) for e in experts.values() for layer in (0, 1)}
 
     def stacks() -> int:
-        return sum(1 for key in adapter_stack._kept if mine & {id(a) for a in key})
+        gc.collect()  # earlier tests' adapters freed, their ids free for reuse: forget them
+        with adapter_stack._kept_lock:
+            adapter_stack._drop_freed()
+            return sum(1 for key in adapter_stack._kept if mine & set(key))  # adapter ids
 
     with torch.no_grad():
         mixture.forward(ids[:, :4], weights=weights)
         assert stacks() == 0
         mixture.forward(ids[:, :1], weights=weights)
     assert stacks() == 2  # one per layer both experts adapt
+
+
+def test_kept_stacks_do_not_keep_their_experts_alive() -> None:
+    """An expert the store's LRU evicts is freed although its adapters were stacked (the
+    kept stacks held the adapters themselves: evicted experts stayed in memory outside the
+    LRU's budget), and its stacks are dropped at the next lookup."""
+    experts = [
+        randomize(Expert(ExpertConfig(kind="adapter", layers=(0,), rank=4), 16), seed)
+        for seed in (21, 22, 23)
+    ]
+    first, second, third = (e.adapter(0) for e in experts)
+    assert adapter_stack.stack_of([first, second]) is not None
+    key = (id(first), id(second))
+    assert key in adapter_stack._kept
+    freed = weakref.ref(experts[0])
+    del experts[0], first
+    gc.collect()
+    assert freed() is None  # nothing kept it alive
+    adapter_stack.stack_of([second, third])  # the next lookup drops the freed set
+    assert key not in adapter_stack._kept
 
 
 def test_chunked_losses_are_the_losses_of_the_whole_logits(trunk) -> None:
