@@ -44,7 +44,7 @@ from topology.chaos.schedule import (  # noqa: E402
     schedule_json,
     stage_names,
 )
-from topology.commands.demo import corpus_domains, demo_stage_defaults  # noqa: E402
+from topology.commands.demo import choose_domains, demo_stage_defaults  # noqa: E402
 from topology.loop.demo_run import DemoPlan  # noqa: E402
 
 MIN_AVAILABILITY = 0.99
@@ -64,11 +64,7 @@ def stream_plan(args: argparse.Namespace, run_dir: Path) -> DemoPlan:
         timeout_s=args.minutes * 60 + 1200,
         serve_replicas=args.serve_replicas,
     )
-    if args.corpus:
-        plan.corpus_dir = Path(args.corpus)
-        plan.old_domains, plan.new_domains = corpus_domains(plan.corpus_dir, plan.old_domains)
-    if args.new_domains:
-        plan.new_domains = tuple(d for d in args.new_domains.split(",") if d)
+    choose_domains(plan, args.corpus, None, args.new_domains or None)
     return plan
 
 

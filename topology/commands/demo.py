@@ -54,6 +54,20 @@ def corpus_domains(corpus: Path, trunk_domains: tuple[str, ...]) -> tuple[tuple,
     return old, tuple(name for name in names if name not in old)
 
 
+def choose_domains(
+    plan, corpus: str | None, old_domains: str | None, new_domains: str | None
+) -> None:
+    """Set ``plan``'s corpus and its old and new domains from the command line: a corpus's
+    default plan (:func:`corpus_domains`), then the comma-separated lists where given."""
+    if corpus:
+        plan.corpus_dir = Path(corpus)
+        plan.old_domains, plan.new_domains = corpus_domains(plan.corpus_dir, plan.old_domains)
+    if old_domains is not None:
+        plan.old_domains = tuple(d for d in old_domains.split(",") if d)
+    if new_domains is not None:
+        plan.new_domains = tuple(d for d in new_domains.split(",") if d)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from topology.commands._shared import add_runtime_argument
     from topology.loop.demo_run import STREAM_ALIASES, STREAMS
@@ -188,13 +202,7 @@ def run(args: argparse.Namespace) -> int:
     if args.quick:
         for name, value in QUICK.items():
             setattr(plan, name, value)
-    if args.corpus:
-        plan.corpus_dir = Path(args.corpus)
-        plan.old_domains, plan.new_domains = corpus_domains(plan.corpus_dir, plan.old_domains)
-    if args.old_domains is not None:
-        plan.old_domains = tuple(d for d in args.old_domains.split(",") if d)
-    if args.new_domains is not None:
-        plan.new_domains = tuple(d for d in args.new_domains.split(",") if d)
+    choose_domains(plan, args.corpus, args.old_domains, args.new_domains)
     if args.per_domain:
         plan.per_domain = args.per_domain
     if args.mixture_docs is not None:
