@@ -79,6 +79,15 @@ class RouterConfig:
         help="a buffered document is dropped once this many decisions old (leftovers)",
         unit="decisions",
     )
+    replay_window_docs: int = setting(
+        10000,
+        help="doc ids of the latest decisions discover remembers: a second decision for one "
+        "of them is a route worker's replay (a batch routed again after a crash or a "
+        "rebalance) and is skipped; keep it above route's batch_size times its workers "
+        "(0: off)",
+        unit="decisions",
+        range=">= 0",
+    )
     cluster_every: int = setting(
         20,
         help="re-cluster the buffer after this many new novel documents",
@@ -262,7 +271,9 @@ class RouterConfig:
             raise ValueError("router.cluster_shared must be in (0, 1], cluster_every >= 1")
         if not 0.0 <= self.heldout_fraction < 1.0 or self.job_docs < 1:
             raise ValueError("router.heldout_fraction must be in [0, 1), job_docs >= 1")
-        if self.job_min_docs < 1 or self.job_quiet_docs < 0:
-            raise ValueError("router.job_min_docs must be >= 1, job_quiet_docs >= 0")
+        if self.job_min_docs < 1 or min(self.job_quiet_docs, self.replay_window_docs) < 0:
+            raise ValueError(
+                "router.job_min_docs must be >= 1, job_quiet_docs and replay_window_docs >= 0"
+            )
         if min(self.novelty_threshold, self.distance_threshold) <= 0 or self.detector_min_docs < 1:
             raise ValueError("router detector thresholds must be > 0, detector_min_docs >= 1")

@@ -45,6 +45,7 @@ from router.jobs import make_train_job
 from router.naming import doc_terms, domain_name
 from router.promotion import Promotion, arrival_rate
 from router.records import DomainRecord, DriftEvent, RoutedDoc, TrainJob
+from router.replays import DecidedIds
 from router.table import DomainTable
 from router.timeline import Key, Timeline, entry_key
 from worx.ids import content_hash
@@ -83,6 +84,7 @@ class DiscoverStage:
         )
         self.domains: dict[str, DomainState] = {}
         self.offsets: dict[str, int] = {}  # "topic:partition" -> next offset to read
+        self.decided = DecidedIds(self.config.replay_window_docs)  # route's replays skipped
         self.seen = 0  # decisions processed (the sequence number of events' windows)
         # when the decided documents entered (arrival rules: see router.timeline); it
         # spans the buffer's lifetime twice, so every window asked about is covered
@@ -95,6 +97,8 @@ class DiscoverStage:
         if not isinstance(record, RoutedDoc):
             raise TypeError(f"discover expects a RoutedDoc, got {type(record).__name__}")
         self.offsets[f"{message.topic}:{message.partition}"] = message.offset + 1
+        if self.decided.replayed(record.doc_id):
+            return []  # the document's first decision was applied (see router.replays)
         self.seen += 1
         now = message.timestamp_ms
         # the source document's timestamp; a record of an older route worker has none
@@ -452,6 +456,7 @@ class DiscoverStage:
             "novelty": self.novelty.snapshot(),
             "clusterer": self.clusterer.snapshot(),
             "timeline": self.timeline.snapshot(),
+            "decided": self.decided.snapshot(),
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -480,6 +485,8 @@ class DiscoverStage:
         self.novelty.restore(state["novelty"])
         self.clusterer.restore(state["clusterer"])
         self.timeline.restore(state["timeline"])
+        if "decided" in state:  # (a snapshot of an older discover has none)
+            self.decided.restore(state["decided"])
 
 
 def _positions(items: list[dict]) -> dict[str, int]:

@@ -84,3 +84,14 @@ def test_domains_match_a_fault_free_run_by_label_whatever_their_order():
         "1 more legal domain(s) in this run",
         "1 more python_code domain(s) in the fault-free run",
     ]
+
+
+def test_discover_applies_one_decision_per_routed_document():
+    assert invariants.decisions_not_once(7261, routed=7261) == []
+    assert invariants.decisions_not_once(7000, routed=7261) == []  # behind at the stop
+    assert invariants.decisions_not_once(10736, routed=7261) == [
+        "discover applied 10736 decisions for 7261 routed documents"
+    ]
+    assert invariants.decisions_not_once(None, routed=5) == [
+        "discover left no state to count its decisions"
+    ]

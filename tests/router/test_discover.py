@@ -7,9 +7,11 @@ from collections import Counter
 
 import pytest
 
+from ingest.records import Doc
 from router.config import RouterConfig
 from router.discover import DiscoverStage
 from router.records import DomainRecord, RoutedDoc
+from router.route import RouteStage
 from tests.support.route_discover import Loop
 from worx.scenario import Scenario
 from worx.stage import Message
@@ -136,3 +138,54 @@ def test_a_kind_that_trickles_in_gets_its_job_after_waiting(scenario: Scenario) 
         ]
     assert seen[0] == []
     assert len(seen[600]) == 1 and len(seen[600][0].train_doc_ids) >= 60
+
+
+def _routed_with_replays(scenario: Scenario, config: RouterConfig, replay_every: int) -> tuple:
+    """Route + discover over a phased stream; with ``replay_every``, after each so many
+    documents route routes the last 30 again and sends them on (a worker that crashed
+    before committing its batch), deciding with the table it has by then."""
+    stream = list(scenario.phased(["news", "scripture"], per_domain=150, seed=2))
+    route = RouteStage(config)
+    discover = DiscoverStage(config, embedder=route.embedder)
+    emits, offset = [], 0
+
+    def send(i: int) -> None:
+        nonlocal offset
+        doc = stream[i]
+        entered = Doc(doc_id=doc.doc_id, text=doc.text, label=doc.domain, created_ms=i + 1)
+        msg = Message(b"", topic="t.docs", partition=0, offset=i, timestamp_ms=i + 1)
+        [routed] = route.process(msg, entered)
+        rmsg = Message(b"", topic="t.routed", partition=0, offset=offset, timestamp_ms=i + 1)
+        offset += 1
+        for emit in discover.process(rmsg, routed.record):
+            if isinstance(emit.record, DomainRecord):
+                route.table.apply(emit.record)
+            emits.append((emit.topic, emit.record.to_json()))
+
+    for i in range(len(stream)):
+        send(i)
+        if replay_every and (i + 1) % replay_every == 0:
+            for j in range(i - 29, i + 1):
+                send(j)
+    return discover, emits
+
+
+def test_a_route_workers_replayed_batch_is_applied_once(scenario: Scenario) -> None:
+    """Found by the 30-minute chaos run: discover applied the decisions of every batch a
+    killed route worker routed again (10,736 decisions for 7,261 documents), counting them
+    twice in its novelty rate, detectors and clustering schedule. Each document now counts
+    once: the same emits and state as a stream without replays."""
+    config = RouterConfig(job_docs=80)
+    plain, plain_emits = _routed_with_replays(scenario, config, 0)
+    replayed, replayed_emits = _routed_with_replays(scenario, config, 50)
+    assert replayed.seen == plain.seen == 300
+    assert replayed_emits == plain_emits
+    assert any(topic == "train" for topic, _ in plain_emits)
+    mine, theirs = replayed.snapshot(), plain.snapshot()
+    for state in (mine, theirs):
+        state.pop("offsets")
+    assert mine == theirs
+    restored = DiscoverStage(config, embedder=replayed.embedder)
+    restored.restore(json.loads(json.dumps(replayed.snapshot())))
+    assert restored.decided.replayed("does-not-exist") is False
+    assert restored.decided.replayed(plain.clusterer.items[0]["doc_id"]) is True

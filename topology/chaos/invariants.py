@@ -113,6 +113,23 @@ def monitor_steps_not_once(steps: Sequence[int], registrations: int) -> list[str
     return problems
 
 
+def decisions_not_once(decisions: int | None, routed: int) -> list[str]:
+    """Discover applied at most one decision per routed document (route's replays, a
+    batch routed again after a crash, skipped: :mod:`router.replays`); fewer is a discover
+    still behind when the loop stopped, which a restart resumes. ``None``: no state left.
+
+    >>> decisions_not_once(10736, 7261)
+    ['discover applied 10736 decisions for 7261 routed documents']
+    >>> decisions_not_once(7261, 7261)
+    []
+    """
+    if decisions is None:
+        return ["discover left no state to count its decisions"]
+    if decisions > routed:
+        return [f"discover applied {decisions} decisions for {routed} routed documents"]
+    return []
+
+
 def domains_differ(ours: Sequence[str], fault_free: Sequence[str]) -> list[str]:
     """Discover found the same domains as a fault-free run of the same stream: each run's
     active domains named by their majority label (``label_hint``), compared as multisets

@@ -218,7 +218,17 @@ def check(plan: ChaosPlan, evidence: Evidence, trunk_before: str) -> list[str]:
             history.data.get("verified", {}),
         ),
         *invariants.monitor_steps_not_once([row.step for row in rows], len(registrations)),
+        *invariants.decisions_not_once(discover_decisions(plan), len(state.routed_ids)),
     ]
+
+
+def discover_decisions(plan: ChaosPlan) -> int | None:
+    """Decisions the discover stage applied, from the snapshot it wrote as it stopped."""
+    try:
+        body = json.loads((plan.stream.run_dir / "discover" / "state.json").read_text("utf-8"))
+        return int(body["state"]["seen"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: ScoreProber) -> dict:
@@ -247,6 +257,7 @@ def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: Sco
         "docs_fed": len(evidence.fed_ids),
         "docs_ingested": len(state.doc_ids),
         "docs_routed": len(state.routed_ids),
+        "discover_decisions": discover_decisions(plan),
         "docs_lost": len(lost),
         "duplicate_experts": len(invariants.jobs_with_several_experts(state.experts.values())),
         "spurious_experts": counts["spurious_experts"],
