@@ -11,9 +11,11 @@ on stderr before the run; ``--seed`` reproduces it, ``--schedule FILE`` replays 
 
 The line: ``faults_injected``, ``faults_by_kind``, ``docs_fed``, ``docs_routed``,
 ``docs_lost``, ``duplicate_experts``, ``invariant_violations`` (the fault-free comparison of
-discover's domains included), ``serve_availability``, ``time_to_expert_p50_s`` /
-``_p95_s`` with ``fault_free_`` ones beside them, ``growth_per_10k_docs`` and ``unbounded``,
-``wall_s``, ``new_domains``, ``seed``, the load averages before and after.
+discover's domains included: by label, and ``domains_nmi_vs_fault_free``, the NMI of the
+stream's documents assigned to each run's nearest domain), ``serve_availability``,
+``time_to_expert_p50_s`` / ``_p95_s`` with ``fault_free_`` ones beside them,
+``growth_per_10k_docs`` and ``unbounded``, ``wall_s``, ``new_domains``, ``seed``, the load
+averages before and after.
 
 Usage::
 
@@ -35,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from experts.default_trunk import default_trunk_dir  # noqa: E402
+from topology.chaos.agreement import assignments_nmi  # noqa: E402
 from topology.chaos.invariants import domains_differ  # noqa: E402
 from topology.chaos.run import ChaosPlan, run_chaos  # noqa: E402
 from topology.chaos.schedule import (  # noqa: E402
@@ -45,9 +48,10 @@ from topology.chaos.schedule import (  # noqa: E402
     stage_names,
 )
 from topology.commands.demo import choose_domains, demo_stage_defaults  # noqa: E402
-from topology.loop.demo_run import DemoPlan  # noqa: E402
+from topology.loop.demo_run import DemoPlan, demo_documents  # noqa: E402
 
 MIN_AVAILABILITY = 0.99
+MIN_DOMAINS_NMI = 0.99  # the two runs' domains, as assignments of the stream's documents
 KEPT_FAULT_FREE = ("time_to_expert_p50_s", "time_to_expert_p95_s", "time_to_expert_s", "wall_s")
 
 
@@ -118,6 +122,14 @@ def main() -> None:
     report["invariant_violations"] += domains_differ(
         report["domain_labels"], fault_free["domain_labels"]
     )
+    texts = [doc.text for doc in demo_documents(plan.stream)]
+    tables = [run / "domains.json" for run in (root / "chaos", root / "fault-free")]
+    nmi = assignments_nmi(texts, *tables)
+    report["domains_nmi_vs_fault_free"] = nmi
+    if nmi is None or nmi < MIN_DOMAINS_NMI:
+        report["invariant_violations"].append(
+            f"discover's domains agree with the fault-free run's at NMI {nmi} < {MIN_DOMAINS_NMI}"
+        )
     if (report["serve_availability"] or 0) < MIN_AVAILABILITY:
         report["invariant_violations"].append(
             f"serve availability {report['serve_availability']} < {MIN_AVAILABILITY}"
