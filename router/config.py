@@ -187,13 +187,23 @@ class RouterConfig:
     )
     job_min_docs: int = setting(
         128,
-        help="...or this many (at most job_docs), when then none arrived for job_quiet_docs",
+        help="...or this many (at most job_docs) once job_wait_docs decisions passed or "
+        "none arrived for job_quiet_docs decisions",
+        unit="docs",
+        range=">= 1",
+    )
+    job_quiet_min_docs: int = setting(
+        40,
+        help="...or this many (at most job_min_docs) once job_wait_docs decisions passed "
+        "and then no new text of the domain arrived for job_quiet_docs decisions: its texts "
+        "stopped coming, so waiting cannot add to its job (a rare kind, or one part of a "
+        "kind found as several domains, that would otherwise never get its expert)",
         unit="docs",
         range=">= 1",
     )
     job_quiet_docs: int = setting(
         1000,
-        help="decisions without a document of the domain (0: off)",
+        help="decisions without a new text of the domain (0: off)",
         unit="decisions",
         range=">= 0",
     )
@@ -271,9 +281,9 @@ class RouterConfig:
             raise ValueError("router.cluster_shared must be in (0, 1], cluster_every >= 1")
         if not 0.0 <= self.heldout_fraction < 1.0 or self.job_docs < 1:
             raise ValueError("router.heldout_fraction must be in [0, 1), job_docs >= 1")
-        if self.job_min_docs < 1 or min(self.job_quiet_docs, self.replay_window_docs) < 0:
-            raise ValueError(
-                "router.job_min_docs must be >= 1, job_quiet_docs and replay_window_docs >= 0"
-            )
+        if min(self.job_min_docs, self.job_quiet_min_docs) < 1:
+            raise ValueError("router.job_min_docs and job_quiet_min_docs must be >= 1")
+        if min(self.job_quiet_docs, self.replay_window_docs) < 0:
+            raise ValueError("router.job_quiet_docs and replay_window_docs must be >= 0")
         if min(self.novelty_threshold, self.distance_threshold) <= 0 or self.detector_min_docs < 1:
             raise ValueError("router detector thresholds must be > 0, detector_min_docs >= 1")

@@ -266,20 +266,24 @@ class DiscoverStage:
 
     def _quiet_jobs(self, now: int) -> list[Emit]:
         """First jobs of domains that stopped arriving or arrive too slowly: at least
-        ``job_min_docs`` gathered and none in the last ``job_quiet_docs`` decisions (a
-        short burst of a rare kind), or ``job_wait_docs`` decisions since the first of them
-        (a rare kind that trickles in: never quiet, and far from ``job_docs``)."""
+        ``job_min_docs`` gathered and no new text in the last ``job_quiet_docs`` decisions
+        (a short burst of a rare kind), or ``job_wait_docs`` decisions since the first of
+        them (a rare kind that trickles in: never quiet, and far from ``job_docs``); or, both
+        at once, at least ``job_quiet_min_docs`` (its texts stopped coming: waiting cannot
+        add to its job)."""
         out: list[Emit] = []
         config = self.config
         least = min(config.job_min_docs, config.job_docs)
+        least_quiet = min(config.job_quiet_min_docs, least)
         for domain_id, state in sorted(self.domains.items()):
-            if state.job_id is not None or len(state.collected) < least:
+            gathered = len(state.collected)
+            if state.job_id is not None or gathered < least_quiet:
                 continue
             last = int(state.collected[-1].get("seq", self.seen))
             first = min(int(d.get("seq", self.seen)) for d in state.collected)
             quiet = config.job_quiet_docs and self.seen - last >= config.job_quiet_docs
             waited = config.job_wait_docs and self.seen - first >= config.job_wait_docs
-            if quiet or waited:
+            if (quiet or waited) and gathered >= least or quiet and waited:
                 out.extend(self._first_job(domain_id, now))
         return out
 
