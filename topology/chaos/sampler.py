@@ -101,31 +101,48 @@ def growth_per_10k(
     samples: Iterable[Sample],
     warmup_docs: int,
     warmup_age_s: float = 60.0,
-    min_span_docs: int = 500,
+    min_span_docs: int = 2000,
+    min_samples: int = 6,
 ) -> dict[str, dict[str, float]]:
-    """Per stage and metric: (last - first) / documents between them x 10,000, over each
+    """Per stage and metric: the rise of its floor per 10,000 documents, over each
     process's samples taken after ``warmup_docs`` of the stream and ``warmup_age_s`` of its
     own life; the largest over a stage's processes. A process that saw fewer than
-    ``min_span_docs`` documents after its warm-up gives nothing.
+    ``min_span_docs`` documents or gave fewer than ``min_samples`` samples after its
+    warm-up gives nothing.
 
-    >>> s = [Sample("route", 7, d, {"rss_mb": 100 + d / 1000}, 90.0) for d in (0, 1000, 3000)]
+    The floor: the lowest value in each half of a process's samples (by documents), the
+    rise the second's minus the first's, over the documents between them (at least half
+    the process's span). A leak raises the floor; work in progress (the monitor's
+    memory, descriptors and threads while it evaluates, a sample taken as a killed
+    process exits) only lifts single samples, which the ends of a short span would have
+    turned into thousands of MB per 10,000 documents.
+
+    >>> s = [Sample("route", 7, d, {"rss_mb": 100 + d / 1000}, 90.0) for d in range(0, 7001, 1000)]
     >>> growth_per_10k(s, warmup_docs=1000)
     {'route': {'rss_mb': 10.0}}
+    >>> busy = [Sample("monitor", 8, d, {"rss_mb": 900 if d == 4000 else 440}, 90.0)
+    ...         for d in range(1000, 4001, 500)]
+    >>> growth_per_10k(busy, warmup_docs=1000)
+    {'monitor': {'rss_mb': 0.0}}
     """
     runs: dict[tuple[str, int], list[Sample]] = defaultdict(list)
     for sample in samples:
         warm = sample.pid == 0 or sample.age_s >= warmup_age_s
-        if sample.docs >= warmup_docs and warm:
+        exiting = sample.values.get("rss_mb", 1.0) <= 0  # its memory already released
+        if sample.docs >= warmup_docs and warm and not exiting:
             runs[(sample.stage, sample.pid)].append(sample)
     growth: dict[str, dict[str, float]] = {}
     for (stage, _), run in runs.items():
-        first, last = min(run, key=lambda s: s.docs), max(run, key=lambda s: s.docs)
-        span = last.docs - first.docs
-        if span < min_span_docs:
+        run.sort(key=lambda s: s.docs)
+        span = run[-1].docs - run[0].docs
+        if span < min_span_docs or len(run) < min_samples:
             continue
+        halves = (run[: len(run) // 2], run[len(run) // 2 :])
         figures = growth.setdefault(stage, {})
-        for metric in first.values.keys() & last.values.keys():
-            rate = round((last.values[metric] - first.values[metric]) / span * PER, 3)
+        for metric in set.intersection(*(set(s.values) for s in run)):
+            low, high = (min(half, key=lambda s: s.values[metric]) for half in halves)
+            between = max(high.docs - low.docs, span / 2)
+            rate = round((high.values[metric] - low.values[metric]) / between * PER, 3)
             figures[metric] = max(rate, figures.get(metric, rate))
     return dict(sorted(growth.items()))
 
