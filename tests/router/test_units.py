@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -169,47 +170,7 @@ def test_router_config_validation_and_env_override() -> None:
         load_config(env={"WORX_ROUTER__THRESHOLD_QUANTILE": "0.7"})
 
 
-def test_a_first_job_waits_for_distinct_texts_not_for_ids() -> None:
-    """A domain fed a few texts under many ids (the stream repeats them) gets no first job
-    until it has ``job_docs`` distinct texts, and holds one document per text meanwhile;
-    the job then has one id per text."""
-    import numpy as np
-
-    from router.discover import DiscoverStage
-    from router.domain_state import DomainState
-    from router.records import DomainRecord, RoutedDoc
-    from worx.stage import Message
-
-    stage = DiscoverStage(RouterConfig(job_docs=30, job_quiet_docs=0, job_wait_docs=0))
-    centroid = np.zeros(stage.embedder.dim, dtype=np.float32)
-    centroid[0] = 1.0
-    stage.apply_domain(DomainRecord("dom-a", centroid.tolist(), 0.5, 40, 0.8))
-    offset = 0
-
-    def feed(text_numbers) -> list:
-        nonlocal offset
-        emitted = []
-        for n in text_numbers:
-            routed = RoutedDoc(
-                f"doc-{offset}", "dom-a", 0.9, "x.docs", 0, offset,
-                content_id=content_hash(f"text {n}", length=16),
-            )  # fmt: skip
-            emitted += stage.process(Message(routed.to_json(), offset=offset), routed)
-            offset += 1
-        return [e.record for e in emitted if e.topic == "train"]
-
-    assert feed([k % 10 for k in range(300)]) == []  # 300 documents, 10 texts: no job
-    state = stage.domains["dom-a"]
-    assert len(state.collected) == 10  # one document per text kept
-    twin = DomainState(stage.config)
-    twin.restore(state.snapshot())  # a restarted stage knows which texts it holds
-    assert twin.collect({"doc_id": "again", "content": content_hash("text 3", length=16)}) == 10
-    [job] = feed(range(10, 30))  # 20 texts more: 30 distinct
-    assert len(job.train_doc_ids) + len(job.heldout_doc_ids) == 30
-    assert state.collected == [] and state.collect({"doc_id": "z", "content": "c"}) == 1
-
-
-def _domain_fed_by(config: RouterConfig):
+def _domain_fed_by(config: RouterConfig) -> tuple[DiscoverStage, Callable[..., list]]:
     """A discover stage holding one domain, and ``feed(text_numbers)``: a decision for it per
     number (the text "text <n>"), returning the first jobs emitted."""
     from router.records import DomainRecord, RoutedDoc
@@ -233,7 +194,25 @@ def _domain_fed_by(config: RouterConfig):
             offset += 1
         return [e.record for e in emitted if e.topic == "train"]
 
-    return feed
+    return stage, feed
+
+
+def test_a_first_job_waits_for_distinct_texts_not_for_ids() -> None:
+    """A domain fed a few texts under many ids (the stream repeats them) gets no first job
+    until it has ``job_docs`` distinct texts, and holds one document per text meanwhile;
+    the job then has one id per text."""
+    from router.domain_state import DomainState
+
+    stage, feed = _domain_fed_by(RouterConfig(job_docs=30, job_quiet_docs=0, job_wait_docs=0))
+    assert feed([k % 10 for k in range(300)]) == []  # 300 documents, 10 texts: no job
+    state = stage.domains["dom-a"]
+    assert len(state.collected) == 10  # one document per text kept
+    twin = DomainState(stage.config)
+    twin.restore(state.snapshot())  # a restarted stage knows which texts it holds
+    assert twin.collect({"doc_id": "again", "content": content_hash("text 3", length=16)}) == 10
+    [job] = feed(range(10, 30))  # 20 texts more: 30 distinct
+    assert len(job.train_doc_ids) + len(job.heldout_doc_ids) == 30
+    assert state.collected == [] and state.collect({"doc_id": "z", "content": "c"}) == 1
 
 
 def test_a_domain_whose_texts_stopped_coming_trains_on_what_it_has():
@@ -243,13 +222,13 @@ def test_a_domain_whose_texts_stopped_coming_trains_on_what_it_has():
     first, now trains on what it has (at least job_quiet_min_docs); one that still gets
     new texts waits for job_min_docs."""
     config = dict(job_docs=256, job_min_docs=128, job_quiet_docs=100, job_wait_docs=300)
-    feed = _domain_fed_by(RouterConfig(**config, job_quiet_min_docs=40))
+    _, feed = _domain_fed_by(RouterConfig(**config, job_quiet_min_docs=40))
     assert feed(range(50)) == []  # 50 texts
     assert feed([k % 50 for k in range(200)]) == []  # repeats only, 250 decisions: not waited
     [job] = feed([k % 50 for k in range(150)])  # 400 since the first (looked at every 100)
     assert len(job.train_doc_ids) + len(job.heldout_doc_ids) == 50
 
-    trickle = _domain_fed_by(RouterConfig(**config, job_quiet_min_docs=40))
+    _, trickle = _domain_fed_by(RouterConfig(**config, job_quiet_min_docs=40))
     assert trickle(k // 10 if k % 10 == 0 else 0 for k in range(1000)) == []  # never quiet
-    before = _domain_fed_by(RouterConfig(**config, job_quiet_min_docs=128))
+    _, before = _domain_fed_by(RouterConfig(**config, job_quiet_min_docs=128))
     assert before(range(50)) == [] and before([k % 50 for k in range(2000)]) == []
