@@ -95,3 +95,10 @@ def test_discover_applies_one_decision_per_routed_document():
     assert invariants.decisions_not_once(None, routed=5) == [
         "discover left no state to count its decisions"
     ]
+
+
+def test_the_same_labels_found_whatever_the_number_of_domains_each_got():
+    assert invariants.labels_differ(["legal", "legal"], ["legal", "python_code"]) == [
+        "python_code: a domain in the fault-free run only"
+    ]
+    assert invariants.labels_differ(["legal", "legal", "news"], ["news", "legal"]) == []

@@ -144,3 +144,17 @@ def domains_differ(ours: Sequence[str], fault_free: Sequence[str]) -> list[str]:
         f"{n} more {label} domain(s) in the fault-free run" for label, n in (theirs - mine).items()
     ]
     return sorted(problems)
+
+
+def labels_differ(ours: Sequence[str], fault_free: Sequence[str]) -> list[str]:
+    """Discover found a domain for the same labels as a fault-free run of the same stream
+    (how many domains each label got is :func:`domains_differ`'s: it moves with the order
+    discover reads documents in, faults or not).
+
+    >>> labels_differ(["legal", "python_code"], ["python_code", "legal", "legal", "news"])
+    ['news: a domain in the fault-free run only']
+    """
+    mine, theirs = set(ours), set(fault_free)
+    problems = [f"{label}: a domain in this run only" for label in mine - theirs]
+    problems += [f"{label}: a domain in the fault-free run only" for label in theirs - mine]
+    return sorted(problems)
