@@ -38,9 +38,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from experts.default_trunk import default_trunk_dir  # noqa: E402
-from topology.chaos.agreement import agreement  # noqa: E402
-from topology.chaos.invariants import domains_differ, labels_differ  # noqa: E402
-from topology.chaos.run import ChaosPlan, run_chaos  # noqa: E402
+from topology.chaos.agreement import agreement, stream_texts  # noqa: E402
+from topology.chaos.invariants import (  # noqa: E402
+    decisions_not_once,
+    domains_differ,
+    labels_differ,
+)
+from topology.chaos.run import (  # noqa: E402
+    ChaosPlan,
+    discover_decisions,
+    run_chaos,
+    soak_figures,
+)
+from topology.chaos.sampler import Sample  # noqa: E402
 from topology.chaos.schedule import (  # noqa: E402
     ScheduleShape,
     chaos_schedule,
@@ -49,10 +59,11 @@ from topology.chaos.schedule import (  # noqa: E402
     stage_names,
 )
 from topology.commands.demo import choose_domains, demo_stage_defaults  # noqa: E402
-from topology.loop.demo_run import DemoPlan, demo_documents  # noqa: E402
+from topology.loop.demo_run import DemoPlan  # noqa: E402
 
 MIN_AVAILABILITY = 0.99
 MIN_LABELS_NMI = 0.99  # the stream's documents' nearest domains' labels, the two runs
+RUNS = ("chaos", "fault-free")  # the two run directories of a bench
 KEPT_FAULT_FREE = ("time_to_expert_p50_s", "time_to_expert_p95_s", "time_to_expert_s", "wall_s")
 
 
@@ -71,6 +82,51 @@ def stream_plan(args: argparse.Namespace, run_dir: Path) -> DemoPlan:
     )
     choose_domains(plan, args.corpus, None, args.new_domains or None)
     return plan
+
+
+def compare(report: dict, fault_free: dict, root: Path) -> None:
+    """The checks that need both runs (``root``'s ``chaos`` and ``fault-free``), added to
+    the chaos run's ``report``."""
+    ours, theirs = report["domain_labels"], fault_free["domain_labels"]
+    report["invariant_violations"] += labels_differ(ours, theirs)
+    # how many domains one kind got moves with the order discover reads documents in, and
+    # that order moves with timing in any run (two fault-free runs differ too: docs/chaos.md)
+    report["domain_counts_differ"] = domains_differ(ours, theirs)
+    texts = stream_texts(root / "fault-free" / "stream.jsonl")
+    tables = [root / run / "domains.json" for run in ("chaos", "fault-free")]
+    agree = agreement(texts, *tables)
+    report["domains_nmi_vs_fault_free"] = agree["domains_nmi"]
+    report["labels_nmi_vs_fault_free"] = agree["labels_nmi"]
+    nmi = agree["labels_nmi"]
+    if nmi is None or nmi < MIN_LABELS_NMI:
+        report["invariant_violations"].append(
+            f"documents reach the fault-free run's kinds at NMI {nmi} < {MIN_LABELS_NMI}"
+        )
+    if (report["serve_availability"] or 0) < MIN_AVAILABILITY:
+        report["invariant_violations"].append(
+            f"serve availability {report['serve_availability']} < {MIN_AVAILABILITY}"
+        )
+    for key in KEPT_FAULT_FREE:
+        report[f"fault_free_{key}"] = fault_free[key]
+    report["fault_free_invariant_violations"] = fault_free["invariant_violations"]
+
+
+def recheck(root: Path) -> None:
+    """Print the line of a finished bench's two runs again, its soak figures (from each
+    run's samples) and the comparison of the two runs made by this code."""
+    report, fault_free = (json.loads((root / run / "chaos.json").read_text()) for run in RUNS)
+    for run, line in zip(RUNS, (report, fault_free), strict=True):
+        with open(root / run / "samples.jsonl", encoding="utf-8") as lines:
+            samples = [Sample(**json.loads(body)) for body in lines]
+        line.update(soak_figures(samples, int(ChaosPlan.warmup_share * line["docs_fed"])))
+        if "discover_decisions" not in line:  # a line of a harness before that check
+            line["discover_decisions"] = discover_decisions(root / run)
+            line["invariant_violations"] += decisions_not_once(
+                line["discover_decisions"], line["docs_routed"]
+            )
+    compare(report, fault_free, root)
+    report["run_dir"] = str(root)
+    print(json.dumps(report), flush=True)
 
 
 def main() -> None:
@@ -94,7 +150,17 @@ def main() -> None:
         "with 2, a fault of one while the other restarts is an outage; 1: every restart is)",
     )
     parser.add_argument("--out", default="worx-chaos", help="parent of the run directories")
+    parser.add_argument(
+        "--recheck",
+        type=Path,
+        metavar="RUN_DIR",
+        help="run nothing: a finished bench's line again (chaos-*/), with its soak figures "
+        "and the comparison of its two runs made by this code",
+    )
     args = parser.parse_args()
+    if args.recheck:
+        recheck(args.recheck.resolve())
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     load_before = os.getloadavg()
     root = (Path(args.out) / time.strftime("chaos-%Y%m%d-%H%M%S")).resolve()
@@ -120,28 +186,7 @@ def main() -> None:
     print(f"chaos schedule (seed {args.seed}): {schedule_json(faults)}", file=sys.stderr)
     plan = ChaosPlan(stream_plan(args, root / "chaos"), faults, args.seed, feed_seconds=feed_s)
     report = run_chaos(plan)
-    ours, theirs = report["domain_labels"], fault_free["domain_labels"]
-    report["invariant_violations"] += labels_differ(ours, theirs)
-    # how many domains one kind got moves with the order discover reads documents in, and
-    # that order moves with timing in any run (two fault-free runs differ too: docs/chaos.md)
-    report["domain_counts_differ"] = domains_differ(ours, theirs)
-    texts = [doc.text for doc in demo_documents(plan.stream)]
-    tables = [run / "domains.json" for run in (root / "chaos", root / "fault-free")]
-    agree = agreement(texts, *tables)
-    report["domains_nmi_vs_fault_free"] = agree["domains_nmi"]
-    report["labels_nmi_vs_fault_free"] = agree["labels_nmi"]
-    nmi = agree["labels_nmi"]
-    if nmi is None or nmi < MIN_LABELS_NMI:
-        report["invariant_violations"].append(
-            f"documents reach the fault-free run's kinds at NMI {nmi} < {MIN_LABELS_NMI}"
-        )
-    if (report["serve_availability"] or 0) < MIN_AVAILABILITY:
-        report["invariant_violations"].append(
-            f"serve availability {report['serve_availability']} < {MIN_AVAILABILITY}"
-        )
-    for key in KEPT_FAULT_FREE:
-        report[f"fault_free_{key}"] = fault_free[key]
-    report["fault_free_invariant_violations"] = fault_free["invariant_violations"]
+    compare(report, fault_free, root)
     report["minutes"] = args.minutes
     report["serve_replicas"] = args.serve_replicas
     report["run_dir"] = str(root)

@@ -10,6 +10,7 @@ that split one kind into a different number of domains still agree there.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,3 +42,17 @@ def agreement(texts: Sequence[str], ours: Path, theirs: Path) -> dict[str, float
         "domains_nmi": nmi_purity(nearest[0], nearest[1])[0],
         "labels_nmi": nmi_purity(by_label[0], by_label[1])[0],
     }
+
+
+def stream_texts(path: Path) -> list[str]:
+    """The texts of a run's stream file (``stream.jsonl``; its malformed lines skipped)."""
+    texts = []
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            try:
+                body = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(body, dict) and isinstance(body.get("text"), str):
+                texts.append(body["text"])
+    return texts

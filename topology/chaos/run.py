@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from experts.store import ExpertStore
 from experts.trunk import trunk_fingerprint
@@ -218,14 +219,16 @@ def check(plan: ChaosPlan, evidence: Evidence, trunk_before: str) -> list[str]:
             history.data.get("verified", {}),
         ),
         *invariants.monitor_steps_not_once([row.step for row in rows], len(registrations)),
-        *invariants.decisions_not_once(discover_decisions(plan), len(state.routed_ids)),
+        *invariants.decisions_not_once(
+            discover_decisions(plan.stream.run_dir), len(state.routed_ids)
+        ),
     ]
 
 
-def discover_decisions(plan: ChaosPlan) -> int | None:
+def discover_decisions(run_dir: Path) -> int | None:
     """Decisions the discover stage applied, from the snapshot it wrote as it stopped."""
     try:
-        body = json.loads((plan.stream.run_dir / "discover" / "state.json").read_text("utf-8"))
+        body = json.loads((run_dir / "discover" / "state.json").read_text("utf-8"))
         return int(body["state"]["seen"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -241,12 +244,6 @@ def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: Sco
     )
     counts = run_summary.expert_counts({e: d for e, (d, _, _) in registered.items()}, labels, new)
     lost = invariants.lost_documents(evidence.fed_ids, state.doc_ids, state.routed_ids)
-    warmup = int(plan.warmup_share * len(evidence.fed_ids))
-    growth = growth_per_10k(evidence.samples, warmup)
-    # past the last registration a stage's growth is its own per document; before it the
-    # experts it loads add to it (bounded by experts.lru_budget_mb in each stage's store)
-    settled = max(warmup, settled_docs(evidence.samples))
-    growth_settled = growth_per_10k(evidence.samples, settled)
     return {
         "seed": plan.seed,
         "faults_injected": injector.faults_injected(),
@@ -257,7 +254,7 @@ def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: Sco
         "docs_fed": len(evidence.fed_ids),
         "docs_ingested": len(state.doc_ids),
         "docs_routed": len(state.routed_ids),
-        "discover_decisions": discover_decisions(plan),
+        "discover_decisions": discover_decisions(plan.stream.run_dir),
         "docs_lost": len(lost),
         "duplicate_experts": len(invariants.jobs_with_several_experts(state.experts.values())),
         "spurious_experts": counts["spurious_experts"],
@@ -274,6 +271,19 @@ def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: Sco
         "time_to_expert_s": waits["per_label"],
         "time_to_expert_p50_s": waits["p50_s"]["total_s"],
         "time_to_expert_p95_s": waits["p95_s"]["total_s"],
+        **soak_figures(evidence.samples, int(plan.warmup_share * len(evidence.fed_ids))),
+    }
+
+
+def soak_figures(samples: Sequence[Sample], warmup: int) -> dict:
+    """Growth per 10,000 documents from ``warmup`` documents on, and from the last
+    registration on; ``unbounded``."""
+    growth = growth_per_10k(samples, warmup)
+    # past the last registration a stage's growth is its own per document; before it the
+    # experts it loads add to it (bounded by experts.lru_budget_mb in each stage's store)
+    settled = max(warmup, settled_docs(samples))
+    growth_settled = growth_per_10k(samples, settled)
+    return {
         "growth_per_10k_docs": growth,
         "growth_settled_from_docs": settled,
         "growth_per_10k_docs_settled": growth_settled,
