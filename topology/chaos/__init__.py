@@ -6,5 +6,6 @@ checked over the run from the topics and the store (bench/chaos.py, docs/chaos.m
 - ``prober``: `/score` asked twice a second, answered and failed counted;
 - ``sampler``: each stage's memory, descriptors and threads, disk and topic sizes, growth;
 - ``invariants``: what must hold over a run, pure functions over what it left;
+- ``agreement``: two runs' discovered domains compared document by document;
 - ``run``: one run of the loop under a schedule, its evidence and its figures.
 """
