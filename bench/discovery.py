@@ -391,6 +391,8 @@ def run_mixed(
         # new-domain jobs for a label that had one already (a second expert for one kind)
         "mixed_found_without_job": sorted(set(promoted_at) - set(job_labels)),
         "mixed_second_jobs": sum(c - 1 for label, c in job_labels.items() if label and c > 1),
+        # labels of the stream that no first job is for: no expert would serve them
+        "mixed_labels_without_job": len(set(counts) - set(job_labels)),
     }
 
 

@@ -43,6 +43,9 @@ SPREAD_KEYS = (
     "mixed_spurious",
     "mixed_max_delay_docs",
     "mixed_rare_found",
+    "mixed_jobs",
+    "mixed_second_jobs",
+    "mixed_labels_without_job",
     "scratch_nmi",
     "scratch_domains",
 )
