@@ -85,15 +85,15 @@ def stream_plan(args: argparse.Namespace, run_dir: Path) -> DemoPlan:
 
 
 def compare(report: dict, fault_free: dict, root: Path) -> None:
-    """The checks that need both runs (``root``'s ``chaos`` and ``fault-free``), added to
-    the chaos run's ``report``."""
+    """The checks that need both runs (``root``'s :data:`RUNS`), added to the chaos run's
+    ``report``."""
     ours, theirs = report["domain_labels"], fault_free["domain_labels"]
     report["invariant_violations"] += labels_differ(ours, theirs)
     # how many domains one kind got moves with the order discover reads documents in, and
     # that order moves with timing in any run (two fault-free runs differ too: docs/chaos.md)
     report["domain_counts_differ"] = domains_differ(ours, theirs)
-    texts = stream_texts(root / "fault-free" / "stream.jsonl")
-    tables = [root / run / "domains.json" for run in ("chaos", "fault-free")]
+    texts = stream_texts(root / RUNS[1] / "stream.jsonl")  # the same stream in both runs
+    tables = [root / run / "domains.json" for run in RUNS]
     agree = agreement(texts, *tables)
     report["domains_nmi_vs_fault_free"] = agree["domains_nmi"]
     report["labels_nmi_vs_fault_free"] = agree["labels_nmi"]

@@ -283,7 +283,7 @@ class DiscoverStage:
             first = min(int(d.get("seq", self.seen)) for d in state.collected)
             quiet = config.job_quiet_docs and self.seen - last >= config.job_quiet_docs
             waited = config.job_wait_docs and self.seen - first >= config.job_wait_docs
-            if (quiet or waited) and gathered >= least or quiet and waited:
+            if ((quiet or waited) and gathered >= least) or (quiet and waited):
                 out.extend(self._first_job(domain_id, now))
         return out
 

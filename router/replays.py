@@ -56,11 +56,7 @@ class DecidedIds:
         return {"u64le_b64": base64.b64encode(keys.tobytes()).decode("ascii")}
 
     def restore(self, state: dict[str, Any]) -> None:
-        raw = base64.b64decode(state["u64le_b64"])
-        keys = (
-            [int(k) for k in np.frombuffer(raw, dtype="<u8")][-self.capacity :]
-            if self.capacity > 0
-            else []
-        )
+        keys = np.frombuffer(base64.b64decode(state["u64le_b64"]), dtype="<u8").tolist()
+        keys = keys[max(0, len(keys) - self.capacity) :]  # a smaller window keeps the latest
         self._order = deque(keys)
         self._keys = set(keys)

@@ -69,6 +69,7 @@ class Evidence:
     labels: dict[str, str]  # active domain id -> its label hint
     samples: list[Sample] = field(default_factory=list)
     started: float = 0.0  # monotonic time the schedule's times count from
+    decisions: int | None = None  # discover's, from its last snapshot (discover_decisions)
 
 
 def run_chaos(plan: ChaosPlan) -> dict:
@@ -112,7 +113,8 @@ def run_chaos(plan: ChaosPlan) -> dict:
             loop.stop()
         state = loop.watcher.state
     labels = {d: r.label_hint or "?" for d, r in state.domains.items() if r.status == "active"}
-    evidence = Evidence(fed_ids, state, labels, samples, drive_started)
+    decisions = discover_decisions(plan.stream.run_dir)
+    evidence = Evidence(fed_ids, state, labels, samples, drive_started, decisions)
     violations += check(plan, evidence, trunk_before)
     report = figures(plan, evidence, injector, prober)
     report.update(
@@ -219,9 +221,7 @@ def check(plan: ChaosPlan, evidence: Evidence, trunk_before: str) -> list[str]:
             history.data.get("verified", {}),
         ),
         *invariants.monitor_steps_not_once([row.step for row in rows], len(registrations)),
-        *invariants.decisions_not_once(
-            discover_decisions(plan.stream.run_dir), len(state.routed_ids)
-        ),
+        *invariants.decisions_not_once(evidence.decisions, len(state.routed_ids)),
     ]
 
 
@@ -254,7 +254,7 @@ def figures(plan: ChaosPlan, evidence: Evidence, injector: Injector, prober: Sco
         "docs_fed": len(evidence.fed_ids),
         "docs_ingested": len(state.doc_ids),
         "docs_routed": len(state.routed_ids),
-        "discover_decisions": discover_decisions(plan.stream.run_dir),
+        "discover_decisions": evidence.decisions,
         "docs_lost": len(lost),
         "duplicate_experts": len(invariants.jobs_with_several_experts(state.experts.values())),
         "spurious_experts": counts["spurious_experts"],
