@@ -124,7 +124,7 @@ def run_one(name: str, spec: dict) -> dict:
     from transformers.models.gpt2 import modeling_gpt2  # noqa: F401
     from transformers.models.llama import modeling_llama  # noqa: F401
 
-    from experts.trunk import load_trunk
+    from experts.trunk import load_trunk, use_fused_gelu
     from trainer.config import TrainerConfig
     from trainer.expert_setup import prepare_trunk
     from trainer.recipes.dense import (
@@ -132,7 +132,6 @@ def run_one(name: str, spec: dict) -> dict:
         dense_finetune,
         load_trainable,
         perplexity,
-        use_fused_gelu,
     )
     from trainer.recipes.expert import train_expert
 

@@ -177,6 +177,23 @@ def trunk_fingerprint(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def use_fused_gelu(model: nn.Module) -> int:
+    """Swap GPT-2's Python ``gelu_new`` for PyTorch's fused kernel of the same formula
+    (``gelu(approximate="tanh")``; float rounding apart, the same function: bench/train.py's
+    ``dense_fused_gelu`` reaches the same perplexity to 4 decimals, faster and in less
+    memory; a 16-row decode step of the bundled trunk 9.8 -> 8.5 ms). Every frozen trunk
+    gets it (:func:`frozen_trunk`). Returns the number of activations swapped; other
+    activations are left."""
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    swapped = 0
+    for module in model.modules():
+        if isinstance(getattr(module, "act", None), NewGELUActivation):
+            module.act = GELUTanh()
+            swapped += 1
+    return swapped
+
+
 def frozen_trunk(model: nn.Module, root: Path, fingerprint: str) -> Trunk:
     """``model`` (loaded from the directory ``root``) frozen and in eval mode, with the
     directory's tokenizer, as a :class:`Trunk`. Raises :class:`TrunkError` for an
@@ -185,6 +202,7 @@ def frozen_trunk(model: nn.Module, root: Path, fingerprint: str) -> Trunk:
 
     model.requires_grad_(False)
     model.eval()
+    use_fused_gelu(model)
     tokenizer = AutoTokenizer.from_pretrained(str(root), local_files_only=True)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -86,7 +86,8 @@ class DenseBaseline:
     def _load(self) -> None:
         if self._model is not None:
             return
-        from trainer.recipes.dense import load_trainable, use_fused_gelu
+        from experts.trunk import use_fused_gelu
+        from trainer.recipes.dense import load_trainable
 
         done = len(self.history.rows(RUN))
         saved = self._checkpoint_step()

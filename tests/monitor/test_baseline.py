@@ -14,7 +14,7 @@ def test_same_domains_same_order_and_replay_is_a_no_op(small_run: SmallRun) -> N
     rows = small_run.history.rows(RUN)
     assert [r.arrived_domain for r in rows] == [None, *EXPERT_DOMAINS]
     # same trunk, same scoring; the dense copy runs gelu_new as PyTorch's fused kernel
-    # (trainer.recipes.dense.use_fused_gelu): the same function, equal to ~1e-8 nats
+    # (experts.trunk.use_fused_gelu): the same function, equal to ~1e-8 nats
     ours = small_run.history.rows("ours")[0].loss
     assert rows[0].loss == pytest.approx(ours, rel=1e-6, abs=1e-6)
     baseline = DenseBaseline(

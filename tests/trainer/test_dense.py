@@ -51,7 +51,7 @@ def test_sequential_dense_finetune_trains_every_weight_domain_after_domain(trunk
 
 
 def test_fused_gelu_computes_the_same_function(trunk_dir):
-    from trainer.recipes.dense import use_fused_gelu
+    from experts.trunk import use_fused_gelu
 
     model, _ = load_trainable(trunk_dir)
     model.eval()

@@ -80,21 +80,6 @@ def load_trainable(
     return model, tokenizer
 
 
-def use_fused_gelu(model: nn.Module) -> int:
-    """Swap GPT-2's Python ``gelu_new`` for PyTorch's fused kernel of the same formula
-    (``gelu(approximate="tanh")``; float rounding apart, the same function: bench/train.py's
-    ``dense_fused_gelu`` reaches the same perplexity to 4 decimals, faster and in less
-    memory). Returns the number of activations swapped; other activations are left."""
-    from transformers.activations import GELUTanh, NewGELUActivation
-
-    swapped = 0
-    for module in model.modules():
-        if isinstance(getattr(module, "act", None), NewGELUActivation):
-            module.act = GELUTanh()
-            swapped += 1
-    return swapped
-
-
 def sequence_losses(
     model: nn.Module, ids: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
