@@ -34,6 +34,11 @@ reports the one chosen (``--set``, else the router's defaults). ``likelihood_ms`
 measured extra forward of one re-ranked request (1 + candidates rows), beside
 ``score_ms``, a request's own scoring forward (one row of the same text).
 
+``--dump FILE`` writes what the rules see (every text's similarities and mean head losses
+at 32 and 64 tokens); ``--scores FILE`` reads such a dump back in place of the forwards
+(the same corpus, seed and experts: checked by labels and texts), so a rule or a setting is
+measured again in seconds (``max_tokens`` 32 or 64 only; the cost figures still run).
+
 ``--sizes 8,16,32,42`` measures the same as the library grows (``curve``): for each size
 K, the first K labels of one seeded order (each size holds the smaller ones, as
 ``bench/route_recall.py --sizes``), their own table from their own phased stream, their
@@ -48,6 +53,7 @@ Usage::
     python bench/route_recall_experts.py [--corpus DIR] [--set margin=0.5] [--grid FILE]
         [--cache DIR]   # trained experts kept there and reused on the next run
         [--sizes 8,16,32,42]
+        [--dump FILE | --scores FILE]   # write the per-text scores / replay them
 """
 
 from __future__ import annotations
@@ -162,6 +168,36 @@ def losses_per_text(trunk, mixture: Mixture, texts, labels) -> np.ndarray:
     return out
 
 
+def read_scores(path: Path) -> dict[str, tuple[dict, list[dict]]]:
+    """A ``--dump`` file: per length key, its header and one record per text."""
+    blocks: dict[str, tuple[dict, list[dict]]] = {}
+    with path.open() as lines:
+        for line in lines:
+            record = json.loads(line)
+            if "length" in record:
+                blocks[record["length"]] = (record, [])
+            else:
+                blocks[next(reversed(blocks))][1].append(record)
+    return blocks
+
+
+def replayed_losses(block: tuple[dict, list[dict]], truth: list[str], labels) -> np.ndarray:
+    """:func:`losses_per_text`'s array rebuilt from a dump's mean head losses: columns
+    0..30 hold the 32-token mean and 31..62 what makes the 63-column mean the 64-token one,
+    so a ``max_tokens`` of 32 or 64 sees exactly the dumped figure."""
+    header, records = block
+    if header["labels"] != list(labels) or [r["label"] for r in records] != truth:
+        raise SystemExit("--scores: the dump is of other labels or texts (corpus, seed, experts)")
+    out = np.full((len(records), 1 + len(labels), SCORED_TOKENS - 1), np.nan, np.float32)
+    for i, record in enumerate(records):
+        if "64" not in record["mean_loss"]:
+            continue  # a text of fewer than 2 tokens
+        m32, m64 = (np.asarray(record["mean_loss"][t], np.float64) for t in ("32", "64"))
+        out[i, :, :31] = m32[:, None]
+        out[i, :, 31:] = ((63 * m64 - 31 * m32) / 32)[:, None]
+    return out
+
+
 def reroute(router, gate, vector, table, experts, decision, losses, column) -> tuple:
     """``(domain served or None, re-ranked?)``: the likelihood step on cached losses,
     exactly as :meth:`LikelihoodRouter.rerank` decides (same candidates, same rule)."""
@@ -180,7 +216,9 @@ def reroute(router, gate, vector, table, experts, decision, losses, column) -> t
     return served, True
 
 
-def measure(trunk, table, held, embedder, gate, experts_by_label, routers, dump=None) -> dict:
+def measure(
+    trunk, table, held, embedder, gate, experts_by_label, routers, dump=None, scores=None
+) -> dict:
     rows = [r for r in table.rows() if r.status == "active"]
     label_of = {r.domain_id: r.label_hint for r in rows if r.label_hint in experts_by_label}
     labels = sorted(set(label_of.values()))
@@ -229,7 +267,10 @@ def measure(trunk, table, held, embedder, gate, experts_by_label, routers, dump=
         texts = [d.text[:length] for _, d in docs]
         vectors = embedder.embed(texts)  # (N, dim)
         start = time.perf_counter()
-        losses = losses_per_text(trunk, mixture, texts, labels)  # (N, 1 + L, S)
+        if scores is None:
+            losses = losses_per_text(trunk, mixture, texts, labels)  # (N, 1 + L, S)
+        else:
+            losses = replayed_losses(scores[k], truth, labels)
         log.warning(
             "length %s: losses of %d texts in %.0f s", k, len(texts), time.perf_counter() - start
         )
@@ -431,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid", type=Path, default=None, help="write the settings grid here")
     parser.add_argument("--dump", type=Path, default=None, help="write per-text scores here")
     parser.add_argument(
+        "--scores", type=Path, default=None, help="replay a --dump file instead of the forwards"
+    )
+    parser.add_argument(
         "--sizes",
         default="",
         help="comma-separated library sizes (labels) for the routing curve, e.g. 8,16,32,42",
@@ -445,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if args.scores is not None and (args.dump is not None or args.sizes):
+        parser.error("--scores replays one table's dump: not with --dump or --sizes")
     chosen = {}
     for item in args.set:
         field, _, value = item.partition("=")
@@ -455,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             chosen[field] = int(value) if field in ("candidates", "max_tokens") else float(value)
     shipped = LikelihoodRouter(**chosen)
+    if args.scores is not None and shipped.max_tokens not in GRID["max_tokens"]:
+        parser.error(f"--scores: a dump holds max_tokens {GRID['max_tokens']} only")
     routers = {"ours": shipped}
     if args.grid is not None:
         for c, m, s, t, g, i in itertools.product(*GRID.values()):
@@ -491,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     gate = Gate()
     dump = None if args.dump is None else args.dump.open("w")
     try:
-        result = measure(trunk, table, held, embedder, gate, experts, routers, dump)
+        scores = None if args.scores is None else read_scores(args.scores)
+        result = measure(trunk, table, held, embedder, gate, experts, routers, dump, scores)
     finally:
         if dump is not None:
             dump.close()

@@ -35,8 +35,11 @@ for unsure texts, with incumbency: a newer expert takes a text only by winning i
 outright, and for texts the route stage gives a domain without an expert yet),
 ``likelihood_not_waiting`` (the shipped step without that last part, the rule before 6
 December), ``likelihood_all_at_once`` (neither incumbency nor the waiting part: every
-candidate at once, the rule before both) and ``contest_G`` for each gap of ``--gaps``
-(the shipped step, also for texts another domain with an expert contests within G).
+candidate at once, the rule before both), ``likelihood_all_at_once_unmixed`` (the shipped
+step without incumbency or mixing: a tie leaves the text to the route stage's decision,
+the rule that meets the wrong-expert target at 256 characters, docs/experts.md) and
+``contest_G`` for each gap of ``--gaps`` (the shipped step, also for texts another domain
+with an expert contests within G).
 
 Usage::
 
@@ -273,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         "likelihood_all_at_once": replace(shipped, incumbent=False, contest_waiting=False),
         "likelihood_not_waiting": replace(shipped, contest_waiting=False),
         "likelihood": shipped,
+        "likelihood_all_at_once_unmixed": replace(
+            shipped, incumbent=False, mix_margin=float("inf")
+        ),
     }
     for gap in [float(g) for g in args.gaps.split(",") if g]:
         rules[f"contest_{gap:g}"] = replace(shipped, contest_gap=gap)
