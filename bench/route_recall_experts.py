@@ -182,19 +182,22 @@ def read_scores(path: Path) -> dict[str, tuple[dict, list[dict]]]:
 
 
 def replayed_losses(block: tuple[dict, list[dict]], truth: list[str], labels) -> np.ndarray:
-    """:func:`losses_per_text`'s array rebuilt from a dump's mean head losses: columns
-    0..30 hold the 32-token mean and 31..62 what makes the 63-column mean the 64-token one,
-    so a ``max_tokens`` of 32 or 64 sees exactly the dumped figure."""
+    """:func:`losses_per_text`'s array rebuilt from a dump's mean head losses (one per
+    ``GRID["max_tokens"]``, the short and the full head): the first ``short - 1`` columns
+    hold the short mean and the rest what makes the mean of all ``SCORED_TOKENS - 1`` the
+    full one, so a ``max_tokens`` of either sees exactly the dumped figure."""
     header, records = block
     if header["labels"] != list(labels) or [r["label"] for r in records] != truth:
         raise SystemExit("--scores: the dump is of other labels or texts (corpus, seed, experts)")
-    out = np.full((len(records), 1 + len(labels), SCORED_TOKENS - 1), np.nan, np.float32)
+    cut, width = GRID["max_tokens"][0] - 1, SCORED_TOKENS - 1  # columns of each mean
+    out = np.full((len(records), 1 + len(labels), width), np.nan, np.float32)
     for i, record in enumerate(records):
-        if "64" not in record["mean_loss"]:
-            continue  # a text of fewer than 2 tokens
-        m32, m64 = (np.asarray(record["mean_loss"][t], np.float64) for t in ("32", "64"))
-        out[i, :, :31] = m32[:, None]
-        out[i, :, 31:] = ((63 * m64 - 31 * m32) / 32)[:, None]
+        means = record["mean_loss"]  # {"32": (1 + L,), "64": (1 + L,)}; {} below 2 tokens
+        if not means:
+            continue
+        short, full = (np.asarray(means[str(t)], np.float64) for t in GRID["max_tokens"])
+        out[i, :, :cut] = short[:, None]
+        out[i, :, cut:] = ((width * full - cut * short) / (width - cut))[:, None]
     return out
 
 
