@@ -30,10 +30,11 @@ Phases, per server:
 
 Every phase reports requests_per_s, p50_ms, p99_ms, failed (non-200, 503 included) and
 busy_503. Before the servers, the bench itself measures the machine's ``bound``: the bare
-trunk (load_trunk, torch threads = cores, no_grad), forward + next-token loss, on the
-scoring texts (tokenised as the server does, right-padded with a mask), in texts/s: the
-best of batches of 1, 8 and 32 (``--bound-batches``; on a small CPU the largest batch
-need not be the fastest; all are reported).
+trunk (load_trunk, no_grad), forward + next-token loss, on the scoring texts (tokenised as
+the server does, right-padded with a mask), in texts/s: the best of batches of 1, 8 and 32
+(``--bound-batches``; on a small CPU the largest batch need not be the fastest), each run
+one forward at a time on every core and ``cores`` forwards at once on one core each (the
+batched server runs ``serve.batch_forward_threads`` forwards at once); all are reported.
 
 Prints ONE JSON line; top-level figures (targets in ``targets``):
 

@@ -21,8 +21,10 @@ tokens per row (scoring, prefill, training), which does not use it.
 Mechanics: hooks on every trunk MLP, block and on the output layer (installed once per
 trunk, shared by every :class:`Mixture` on it) read the routing *plan* of the forward in
 progress from a slot on the trunk; a hook on the input embedding records the forward's
-input ids for the token sites. A per-trunk re-entrant lock serialises forwards so
-concurrent requests cannot see each other's plan. :meth:`Mixture.routing` keeps a plan
+input ids for the token sites. An inference forward (no autograd) keeps its plan in its
+own thread, so concurrent requests never see each other's plan and run side by side; a
+forward with autograd keeps it on the trunk under a per-trunk re-entrant lock, which
+serialises those. :meth:`Mixture.routing` keeps a plan
 active across a ``forward`` + ``backward`` (needed when the trainer recomputes activations
 in backward). With no plan active the hooks change nothing, so ``trunk.model`` used
 directly is the trunk.
@@ -90,13 +92,30 @@ def _apply(routes: list[_Route], source: torch.Tensor, out: torch.Tensor) -> tor
     return out
 
 
+Plan = dict[Site, list[_Route] | PendingStack]
+
+
+class _ThreadPlan(threading.local):
+    """One thread's own plan, active while ``own`` (its inference forwards)."""
+
+    own = False
+    plan: Plan | None = None
+    input_ids: torch.Tensor | None = None  # (B, T) of its forward in progress
+
+
 class _TrunkHooks:
-    """Hooks on every MLP and block of one trunk and on its output layer; the active plan."""
+    """Hooks on every MLP and block of one trunk and on its output layer; the active plan.
+
+    A forward without autograd runs on its own thread's plan, so inference forwards on one
+    trunk run side by side. A forward with autograd runs on the shared plan, under the
+    lock: its backward may recompute it on another thread (a GPU's autograd thread).
+    """
 
     def __init__(self, trunk: Trunk) -> None:
         self.lock = threading.RLock()
-        self.plan: dict[Site, list[_Route] | PendingStack] | None = None  # None: trunk only
-        self.input_ids: torch.Tensor | None = None  # (B, T) of the forward in progress
+        self.shared_plan: Plan | None = None  # None: trunk only
+        self.shared_ids: torch.Tensor | None = None  # (B, T) of the forward in progress
+        self.thread = _ThreadPlan()
         model = trunk.model
         self.handles = [
             model.get_input_embeddings().register_forward_hook(self._record_ids),
@@ -108,14 +127,23 @@ class _TrunkHooks:
                 block.register_forward_pre_hook(self._tokens_hook(layer), with_kwargs=True)
             )
 
+    @property
+    def plan(self) -> Plan | None:
+        return self.thread.plan if self.thread.own else self.shared_plan
+
     def _ids(self) -> torch.Tensor:
-        if self.input_ids is None:
+        ids = self.thread.input_ids if self.thread.own else self.shared_ids
+        if ids is None:
             raise RuntimeError("a token-embedding delta needs the forward's input ids")
-        return self.input_ids  # (B, T)
+        return ids  # (B, T)
 
     def _record_ids(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-        if self.plan:
-            self.input_ids = inputs[0]
+        if not self.plan:
+            return
+        if self.thread.own:
+            self.thread.input_ids = inputs[0]
+        else:
+            self.shared_ids = inputs[0]
 
     def _output_hook(self, module: nn.Module, inputs: tuple, output: torch.Tensor):
         plan = self.plan
@@ -280,18 +308,28 @@ class Mixture:
         (activation checkpointing); :meth:`forward` alone activates the plan for its call.
         """
         plan = self.plan(weights, len(weights) if batch is None else batch, self.trunk.device)
-        with self._hooks.lock:
-            previous = self._hooks.plan
-            self._hooks.plan = plan
+        hooks = self._hooks
+        if not torch.is_grad_enabled():
+            mine = hooks.thread
+            before = (mine.own, mine.plan, mine.input_ids)
+            mine.own, mine.plan = True, plan
             try:
                 yield
             finally:
-                self._hooks.plan = previous
+                mine.own, mine.plan, mine.input_ids = before
+            return
+        with hooks.lock:
+            previous, was_own = hooks.shared_plan, hooks.thread.own
+            hooks.shared_plan, hooks.thread.own = plan, False  # inside an inference block too
+            try:
+                yield
+            finally:
+                hooks.shared_plan, hooks.thread.own = previous, was_own
                 # a nested block (the trainer's forward inside its forward + backward) leaves
                 # the ids of its forward for the recomputation in backward; every forward
                 # records its own ids before any block reads them
                 if previous is None:
-                    self._hooks.input_ids = None
+                    hooks.shared_ids = None
 
     def forward(
         self,

@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from experts.likelihood_routing import LikelihoodRouter
 from experts.mixture import Mixture
 from experts.records import ExpertRegistration
@@ -51,13 +53,21 @@ __all__ = ["Batching", "ExpertServer", "RegisterOutcome", "RequestError"]
 @dataclass(frozen=True)
 class Batching:
     """How concurrent requests share forwards (``[serve]`` ``batch_window_ms``,
-    ``batch_max_rows``)."""
+    ``batch_max_rows``, ``batch_forward_threads``; 0 threads: one per torch thread on a
+    CPU trunk, 1 on a GPU)."""
 
     window_s: float = 0.002
     max_rows: int = 16
+    forward_threads: int = 0
+
+    def threads(self, trunk: Trunk) -> int:
+        """Scoring forwards at once."""
+        if self.forward_threads:
+            return self.forward_threads
+        return torch.get_num_threads() if trunk.device.type == "cpu" else 1
 
     def score_batcher(self, trunk: Trunk) -> ScoreBatcher:
-        return ScoreBatcher(trunk, self.window_s, self.max_rows)
+        return ScoreBatcher(trunk, self.window_s, self.max_rows, self.threads(trunk))
 
 
 class ExpertServer:

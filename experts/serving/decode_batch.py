@@ -107,6 +107,7 @@ class DecodeBatch:
         self._mask: torch.Tensor | None = None  # (B, L) 1 where a row has a position
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self.torch_threads = torch.get_num_threads()  # of the thread that made the batch
 
     @property
     def running(self) -> int:
@@ -140,6 +141,7 @@ class DecodeBatch:
                 self._thread.start()
 
     def _loop(self) -> None:
+        torch.set_num_threads(self.torch_threads)  # this thread's own (OpenMP's are per thread)
         while True:
             jobs: list[_Job] = []
             while len(self._rows) + len(jobs) < self.max_rows:

@@ -10,6 +10,11 @@ row's numbers equal its forward alone within float tolerance.
 The thread waits up to ``window_s`` for more rows only while other requests are on their
 way (:meth:`ScoreBatcher.caller` counts them): one client alone never waits for company.
 A forward that fails is re-run request by request, so one bad request fails only itself.
+
+Several such threads may share the queue, each gathering and running its own forwards on
+its share of the torch threads: on a CPU a forward's Python steps (module calls, masks)
+run on one core while the others wait, and a second forward fills them (bundled trunk, 2 cores,
+rows of one: 57.4 texts/s two at once on one thread each, 51.3 one at a time on two).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ class _Submission:
 
 
 class ScoreBatcher:
-    """One thread that runs the scoring forwards of every request on ``trunk``.
+    """The threads that run the scoring forwards of every request on ``trunk``.
 
     Parameters
     ----------
@@ -51,17 +56,32 @@ class ScoreBatcher:
         on their way).
     max_rows : most rows in one forward (a submission is never split: one larger than this
         runs alone).
+    threads : forwards that run at once, each from its own thread.
+    torch_threads : torch threads shared by the forwards (default: the caller's): a forward
+        that holds every request in progress runs on all of them, else on its share
+        (``torch_threads / threads``).
     """
 
-    def __init__(self, trunk: Trunk, window_s: float = 0.002, max_rows: int = 16) -> None:
+    def __init__(
+        self,
+        trunk: Trunk,
+        window_s: float = 0.002,
+        max_rows: int = 16,
+        threads: int = 1,
+        torch_threads: int | None = None,
+    ) -> None:
         self.trunk = trunk
         self.window_s = float(window_s)
         self.max_rows = int(max_rows)
+        self.threads = max(1, int(threads))
+        self.torch_threads = torch_threads or torch.get_num_threads()  # shared by the forwards
         self.forwards = 0
         self._queue: queue.Queue[_Submission] = queue.Queue()
         self._callers = 0
+        self._held = 0  # submissions taken from the queue and not answered yet
+        self._running = 0  # forwards in progress
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._started = False
 
     @contextlib.contextmanager
     def caller(self) -> Iterator[None]:
@@ -97,26 +117,30 @@ class ScoreBatcher:
     # ------------------------------------------------------------------ the thread
     def _start(self) -> None:
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="score-batcher", daemon=True)
-                self._thread.start()
+            if self._started:
+                return
+            self._started = True
+            for k in range(self.threads):
+                name = "score-batcher" if self.threads == 1 else f"score-batcher-{k}"
+                threading.Thread(target=self._run, name=name, daemon=True).start()
 
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
+            batch = [self._take(self._queue.get())]
             rows = batch[0].input_ids.shape[0]
             deadline = time.monotonic() + self.window_s
-            while rows < self.max_rows:
+            while rows < self._share():
                 try:
                     nxt = self._queue.get_nowait()
                 except queue.Empty:
                     left = deadline - time.monotonic()
-                    if left <= 0 or not self._others_coming(len(batch)):
+                    if left <= 0 or not self._others_coming():
                         break
                     try:
                         nxt = self._queue.get(timeout=left)
                     except queue.Empty:
                         break
+                self._take(nxt)
                 if rows + nxt.input_ids.shape[0] > self.max_rows:
                     self._forward_or_each(batch)
                     batch, rows = [nxt], 0
@@ -126,13 +150,38 @@ class ScoreBatcher:
                 rows += nxt.input_ids.shape[0]
             self._forward_or_each(batch)
 
-    def _others_coming(self, gathered: int) -> bool:
+    def _take(self, submission: _Submission) -> _Submission:
         with self._lock:
-            return self._callers > gathered
+            self._held += 1
+        return submission
+
+    def _share(self) -> int:
+        """Rows one thread gathers: the requests in progress shared among the threads (at
+        most ``max_rows``), so that concurrent forwards get even batches."""
+        with self._lock:
+            return min(self.max_rows, max(1, -(-self._callers // self.threads)))
+
+    def _others_coming(self) -> bool:
+        """Requests on their way that no thread holds yet (each thread's gathered rows
+        and forwards in progress are held)."""
+        with self._lock:
+            return self._callers > self._held
 
     def _forward_or_each(self, batch: list[_Submission]) -> None:
-        for group in by_length(batch):
-            self._forward_group(group)
+        with self._lock:
+            self._running += 1
+            alone = self._running == 1 and self._callers <= len(batch)
+        # a forward that holds every request in progress runs on all the torch threads;
+        # while others run or wait, each gets its share (OpenMP's count is per thread)
+        share = max(1, self.torch_threads // self.threads)
+        torch.set_num_threads(self.torch_threads if alone else share)
+        try:
+            for group in by_length(batch):
+                self._forward_group(group)
+        finally:
+            with self._lock:
+                self._held -= len(batch)
+                self._running -= 1
 
     def _forward_group(self, batch: list[_Submission]) -> None:
         try:

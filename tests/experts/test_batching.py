@@ -28,7 +28,7 @@ def _servers(trunk, tmp_path: Path) -> tuple[ExpertServer, ExpertServer]:
     embedder = default_embedder()
     store = ExpertStore(tmp_path / "store", trunk.fingerprint)
     servers = []
-    for batching in (None, Batching(window_s=0.05, max_rows=8)):
+    for batching in (None, Batching(window_s=0.05, max_rows=8, forward_threads=2)):
         table = domain_table(embedder, DOMAINS)
         servers.append(
             ExpertServer(trunk, store, embedder, Gate(top_k=1), table, batching=batching)

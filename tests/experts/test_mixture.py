@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -186,3 +188,85 @@ def test_training_gradients_reach_only_the_expert(trunk) -> None:
     assert all(p.grad is None for p in trunk.model.parameters())
     trunk_only = mixture.loss(ids, mask)
     torch.testing.assert_close(trunk_only, loss.detach())  # zero-init: same loss as the trunk
+
+
+def _two_experts(trunk) -> dict[str, Expert]:
+    vocab = trunk.model.config.vocab_size
+    config = ExpertConfig(  # token and output deltas too: the token sites read the forward's ids
+        kind="vocab_adapter",
+        layers=(0, 1),
+        rank=4,
+        vocab_size=vocab,
+        output_rank=4,
+        token_rank=4,
+        token_layer=1,
+        token_site="input",
+    )
+    return {
+        name: randomize(Expert(config, trunk.hidden_size), seed=seed)
+        for seed, name in enumerate(("a", "b"), start=1)
+    }
+
+
+def test_inference_forwards_on_one_trunk_run_at_once_each_on_its_own_plan(trunk) -> None:
+    ids, mask = _batch(trunk, TEXTS)
+    mixture = Mixture(trunk, _two_experts(trunk))
+    plans = {"a": [{"a": 1.0}] * 3, "b": [{"b": 0.6}, {}, {"a": 0.5, "b": 0.5}]}
+    with torch.no_grad():
+        alone = {name: mixture.forward(ids, mask, weights=w) for name, w in plans.items()}
+    both_inside = threading.Barrier(2, timeout=10)  # a lock shared by the forwards never passes
+
+    def forward_in_thread(name: str) -> torch.Tensor:
+        outs = []
+        with torch.no_grad(), mixture.routing(plans[name]):
+            both_inside.wait()
+            for _ in range(5):  # interleaved with the other thread's forwards
+                outs.append(trunk.model(input_ids=ids, attention_mask=mask).logits)
+        return torch.stack(outs)
+
+    with ThreadPoolExecutor(2) as pool:
+        got = dict(zip(plans, pool.map(forward_in_thread, plans), strict=True))
+    for name, logits in got.items():
+        for out in logits:
+            torch.testing.assert_close(out, alone[name], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(alone["a"], alone["b"])
+    with torch.no_grad():
+        assert torch.equal(trunk.model(input_ids=ids, attention_mask=mask).logits, _trunk(trunk))
+
+
+def _trunk(trunk) -> torch.Tensor:
+    ids, mask = _batch(trunk, TEXTS)
+    with torch.no_grad():
+        return Mixture(trunk, {}).forward(ids, mask)
+
+
+def test_a_training_plan_is_the_trunks_so_a_recomputation_elsewhere_sees_it(trunk) -> None:
+    # a GPU's backward recomputes checkpointed activations on the autograd engine's thread
+    ids, mask = _batch(trunk, TEXTS)
+    mixture = Mixture(trunk, _two_experts(trunk))
+    weights = [{"a": 1.0}, {"b": 1.0}, {}]
+    with torch.no_grad():
+        want = mixture.forward(ids, mask, weights=weights)
+    with mixture.routing(weights), ThreadPoolExecutor(1) as pool:
+
+        def elsewhere() -> torch.Tensor:
+            with torch.no_grad():
+                return trunk.model(input_ids=ids, attention_mask=mask).logits
+
+        seen = pool.submit(elsewhere).result()
+    torch.testing.assert_close(seen, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_training_block_inside_an_inference_block_runs_on_its_own_plan(trunk) -> None:
+    ids, mask = _batch(trunk, TEXTS)
+    mixture = Mixture(trunk, _two_experts(trunk))
+    outer, inner = [{"a": 1.0}] * 3, [{"b": 1.0}] * 3
+    with torch.no_grad():
+        want_outer = mixture.forward(ids, mask, weights=outer)
+        want_inner = mixture.forward(ids, mask, weights=inner)
+    with torch.no_grad(), mixture.routing(outer):
+        with torch.enable_grad(), mixture.routing(inner):
+            got_inner = trunk.model(input_ids=ids, attention_mask=mask).logits.detach()
+        got_outer = trunk.model(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(got_inner, want_inner, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_outer, want_outer, rtol=1e-5, atol=1e-5)

@@ -34,3 +34,16 @@ def test_a_bad_serve_setting_is_refused_without_showing_the_token(tmp_path: Path
     with pytest.raises(ConfigError) as refused:
         load_config(empty, env)
     assert "serve.queue" in str(refused.value) and "serve-secret" not in str(refused.value)
+
+
+def test_forward_threads_come_from_the_environment_and_a_negative_count_is_refused(
+    tmp_path: Path,
+) -> None:
+    empty = tmp_path / "worx.toml"
+    empty.write_text("")
+    assert load_config(empty, {}).serve.batch_forward_threads == 0  # one per torch thread
+    two = load_config(empty, {"WORX_SERVE__BATCH_FORWARD_THREADS": "2"})
+    assert two.serve.batch_forward_threads == 2
+    with pytest.raises(ConfigError) as refused:
+        load_config(empty, {"WORX_SERVE__BATCH_FORWARD_THREADS": "-1"})
+    assert "serve.batch_forward_threads" in str(refused.value)

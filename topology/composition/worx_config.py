@@ -172,6 +172,14 @@ class ServeConfig:
         unit="rows",
         range=">= 1",
     )
+    batch_forward_threads: int = setting(
+        0,
+        help="scoring forwards that run at once with batching, each on the process's torch "
+        "threads / this (a forward's Python steps leave cores idle that another forward "
+        "fills); 0: one per torch thread on a CPU trunk, 1 on a GPU",
+        unit="threads",
+        range=">= 0",
+    )
     replicas: int = setting(
         1,
         help="serve processes `worx up` starts, each on its own port, behind one front on the "
@@ -206,6 +214,8 @@ class ServeConfig:
             raise ValueError("serve.chars_per_token must be >= 1")
         if self.batch_window_ms < 0 or self.batch_max_rows < 1:
             raise ValueError("serve.batch_window_ms must be >= 0 and serve.batch_max_rows >= 1")
+        if self.batch_forward_threads < 0:
+            raise ValueError("serve.batch_forward_threads must be >= 0")
         if self.replicas < 1:
             raise ValueError("serve.replicas must be >= 1")
 
