@@ -10,6 +10,8 @@ row's numbers equal its forward alone within float tolerance.
 The thread waits up to ``window_s`` for more rows only while other requests are on their
 way (:meth:`ScoreBatcher.caller` counts them): one client alone never waits for company.
 A forward that fails is re-run request by request, so one bad request fails only itself.
+A forward holds at most ``max_tokens`` padded tokens: a CPU core's cost per token stops
+falling past a few hundred, so larger forwards only make requests wait for company.
 
 Several such threads may share the queue, each gathering and running its own forwards on
 its share of the torch threads: on a CPU a forward's Python steps (module calls, masks)
@@ -56,6 +58,9 @@ class ScoreBatcher:
         on their way).
     max_rows : most rows in one forward (a submission is never split: one larger than this
         runs alone).
+    max_tokens : most padded tokens (rows x the longest row) in one forward, 0: no limit (a
+        submission larger than this runs alone): past a few hundred tokens a CPU core's
+        cost per token no longer falls, so gathering more only makes requests wait.
     threads : forwards that run at once, each from its own thread.
     torch_threads : torch threads shared by the forwards (default: the caller's): a forward
         that holds every request in progress runs on all of them, else on its share
@@ -69,10 +74,12 @@ class ScoreBatcher:
         max_rows: int = 16,
         threads: int = 1,
         torch_threads: int | None = None,
+        max_tokens: int = 0,
     ) -> None:
         self.trunk = trunk
         self.window_s = float(window_s)
         self.max_rows = int(max_rows)
+        self.max_tokens = int(max_tokens)
         self.threads = max(1, int(threads))
         self.torch_threads = torch_threads or torch.get_num_threads()  # shared by the forwards
         self.forwards = 0
@@ -127,9 +134,8 @@ class ScoreBatcher:
     def _run(self) -> None:
         while True:
             batch = [self._take(self._queue.get())]
-            rows = batch[0].input_ids.shape[0]
             deadline = time.monotonic() + self.window_s
-            while rows < self._share():
+            while self._room(batch):
                 try:
                     nxt = self._queue.get_nowait()
                 except queue.Empty:
@@ -141,14 +147,26 @@ class ScoreBatcher:
                     except queue.Empty:
                         break
                 self._take(nxt)
-                if rows + nxt.input_ids.shape[0] > self.max_rows:
-                    self._forward_or_each(batch)
-                    batch, rows = [nxt], 0
-                    deadline = time.monotonic() + self.window_s
-                else:
+                if self._fits(batch + [nxt]):
                     batch.append(nxt)
-                rows += nxt.input_ids.shape[0]
+                else:
+                    self._forward_or_each(batch)
+                    batch = [nxt]
+                    deadline = time.monotonic() + self.window_s
             self._forward_or_each(batch)
+
+    def _fits(self, batch: list[_Submission]) -> bool:
+        rows = sum(s.input_ids.shape[0] for s in batch)
+        longest = max(s.input_ids.shape[1] for s in batch)
+        return rows <= self.max_rows and (not self.max_tokens or rows * longest <= self.max_tokens)
+
+    def _room(self, batch: list[_Submission]) -> bool:
+        """Whether ``batch`` should wait for more: below this thread's share of rows, and
+        one more row as long as its longest would still fit the token budget."""
+        rows = sum(s.input_ids.shape[0] for s in batch)
+        longest = max(s.input_ids.shape[1] for s in batch)
+        tokens_left = not self.max_tokens or (rows + 1) * longest <= self.max_tokens
+        return rows < self._share() and tokens_left
 
     def _take(self, submission: _Submission) -> _Submission:
         with self._lock:

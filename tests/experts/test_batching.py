@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from experts.sampling import Sampling
-from experts.serving import Batching, ExpertServer
+from experts.serving import CPU_TOKENS_PER_CORE, Batching, ExpertServer
+from experts.serving.score_batcher import ScoreBatcher
 from experts.store import ExpertStore
 from router.embed import default_embedder
 from router.gate import Gate
@@ -28,7 +29,7 @@ def _servers(trunk, tmp_path: Path) -> tuple[ExpertServer, ExpertServer]:
     embedder = default_embedder()
     store = ExpertStore(tmp_path / "store", trunk.fingerprint)
     servers = []
-    for batching in (None, Batching(window_s=0.05, max_rows=8, forward_threads=2)):
+    for batching in (None, Batching(window_s=0.05, max_rows=8, forward_threads=2, max_tokens=4096)):
         table = domain_table(embedder, DOMAINS)
         servers.append(
             ExpertServer(trunk, store, embedder, Gate(top_k=1), table, batching=batching)
@@ -182,3 +183,31 @@ def test_a_prompt_without_tokens_is_refused_before_it_joins(gpt2_trunk) -> None:
     with pytest.raises(ValueError, match="prompt"):
         batch.run(torch.zeros((1, 0), dtype=torch.long), {}, {}, decoding)
     assert batch.running == 0
+
+
+def _forwards_for_four_requests(trunk, max_tokens: int) -> int:
+    """Forwards one batcher thread ran for four concurrent one-row requests of 20 tokens."""
+    batcher = ScoreBatcher(trunk, window_s=5.0, max_rows=8, max_tokens=max_tokens)
+    ids = torch.arange(20).unsqueeze(0)  # (1, 20)
+    all_in = threading.Barrier(4, timeout=10)
+
+    def request(_) -> torch.Tensor:
+        with batcher.caller():  # the thread waits for company while callers are on their way
+            all_in.wait()
+            return batcher.token_losses(ids, [{}], {})[0]
+
+    losses = _concurrently(request, range(4))
+    assert all(torch.equal(x, losses[0]) for x in losses)
+    return batcher.forwards
+
+
+def test_a_scoring_forward_holds_at_most_its_token_budget(gpt2_trunk) -> None:
+    assert _forwards_for_four_requests(gpt2_trunk, max_tokens=0) == 1  # no budget: one forward
+    assert _forwards_for_four_requests(gpt2_trunk, max_tokens=40) == 2  # two rows of 20 each
+
+
+def test_the_token_budget_defaults_to_a_few_hundred_per_core_on_a_cpu(gpt2_trunk) -> None:
+    cores = torch.get_num_threads()
+    assert Batching(forward_threads=1).tokens(gpt2_trunk) == CPU_TOKENS_PER_CORE * cores
+    assert Batching(forward_threads=cores).tokens(gpt2_trunk) == CPU_TOKENS_PER_CORE
+    assert Batching(max_tokens=100).tokens(gpt2_trunk) == 100

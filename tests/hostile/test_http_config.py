@@ -47,3 +47,6 @@ def test_forward_threads_come_from_the_environment_and_a_negative_count_is_refus
     with pytest.raises(ConfigError) as refused:
         load_config(empty, {"WORX_SERVE__BATCH_FORWARD_THREADS": "-1"})
     assert "serve.batch_forward_threads" in str(refused.value)
+    with pytest.raises(ConfigError) as refused:
+        load_config(empty, {"WORX_SERVE__BATCH_MAX_TOKENS": "-5"})
+    assert "serve.batch_max_tokens" in str(refused.value)

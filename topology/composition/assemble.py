@@ -79,7 +79,10 @@ def batching_from_config(serve: Any):
     if not serve.batching:
         return None
     return Batching(
-        serve.batch_window_ms / 1000.0, serve.batch_max_rows, serve.batch_forward_threads
+        serve.batch_window_ms / 1000.0,
+        serve.batch_max_rows,
+        serve.batch_forward_threads,
+        serve.batch_max_tokens,
     )
 
 
