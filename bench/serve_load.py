@@ -48,8 +48,11 @@ Prints ONE JSON line; top-level figures (targets in ``targets``):
 
 and ``unbatched`` / ``batched`` with every phase, the registrations seen, the server's
 counters and the errors its log shows; ``loadavg_before/after``, ``cpus``,
-``machine_busy`` (the 1-minute load above half the cores before the run: after it, the
-load is the bench's own servers and clients), ``commit`` and ``date``.
+``others_cores_busy_before`` (cores' worth of CPU the machine used over 2 s while the
+bench slept, before it started anything), ``machine_busy`` (that above a quarter of a
+core; where ``/proc/stat`` is missing, the 1-minute load above half the cores: the load
+average decays over minutes, so after a run it still shows that run), ``commit`` and
+``date``.
 
 Usage: ``python bench/serve_load.py [--seconds 10] [--warmup 2] [--trunk DIR]
 [--workers 2] [--expert-rank 64]`` (``--seconds 2`` for a quick check).
@@ -222,6 +225,7 @@ def main() -> None:
 
     cores = parts.cpus()
     load_before = parts.loadavg()
+    others_busy = parts.others_cores_busy()
     trunk_dir = Path(args.trunk) if args.trunk else bundled_trunk_dir()
     trunk = load_trunk(trunk_dir)
     embedder = default_embedder()
@@ -294,7 +298,11 @@ def main() -> None:
     }
     load_after = parts.loadavg()
     top["loadavg_after"] = load_after
-    top["machine_busy"] = load_before[0] > 0.5 * cores  # after: the bench's own load
+    top["others_cores_busy_before"] = others_busy
+    if others_busy is None:
+        top["machine_busy"] = load_before[0] > 0.5 * cores  # after: the bench's own load
+    else:
+        top["machine_busy"] = others_busy > 0.25
     top["commit"] = parts.commit()
     top["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     print(json.dumps(top))

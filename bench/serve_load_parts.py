@@ -64,6 +64,27 @@ def loadavg() -> list[float]:
     return [round(v, 2) for v in os.getloadavg()]
 
 
+def others_cores_busy(seconds: float = 2.0) -> float | None:
+    """Cores' worth of CPU the machine spent over ``seconds`` while this process slept
+    (``/proc/stat``; None where it does not exist): what others run now. The load average
+    decays over minutes, so right after a run it still shows that run."""
+
+    def busy_total() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields[:8]) - idle, sum(fields[:8])  # guest time is inside user
+
+    try:
+        busy0, total0 = busy_total()
+        time.sleep(seconds)
+        busy1, total1 = busy_total()
+    except OSError:
+        return None
+    share = (busy1 - busy0) / max(1, total1 - total0)
+    return round(share * (os.cpu_count() or 1), 2)
+
+
 # ---------------------------------------------------------------------- corpus
 def domain_docs(domain: str, count: int, skip: int = 0, max_chars: int = 1500) -> list[str]:
     """``count`` documents of ``domain`` from the bundled corpus, else data/corpus_many."""
