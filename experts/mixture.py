@@ -20,11 +20,11 @@ tokens per row (scoring, prefill, training), which does not use it.
 
 Mechanics: hooks on every trunk MLP, block and on the output layer (installed once per
 trunk, shared by every :class:`Mixture` on it) read the routing *plan* of the forward in
-progress from a slot on the trunk; a hook on the input embedding records the forward's
-input ids for the token sites. An inference forward (no autograd) keeps its plan in its
-own thread, so concurrent requests never see each other's plan and run side by side; a
-forward with autograd keeps it on the trunk under a per-trunk re-entrant lock, which
-serialises those. :meth:`Mixture.routing` keeps a plan
+progress; a hook on the input embedding records the forward's input ids for the token
+sites. An inference forward (no autograd) keeps its plan and ids in its own thread, so
+concurrent requests never see each other's plan and run side by side; a forward with
+autograd keeps them on the trunk under a per-trunk re-entrant lock, which serialises
+those. :meth:`Mixture.routing` keeps a plan
 active across a ``forward`` + ``backward`` (needed when the trainer recomputes activations
 in backward). With no plan active the hooks change nothing, so ``trunk.model`` used
 directly is the trunk.
