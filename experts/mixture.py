@@ -302,7 +302,8 @@ class Mixture:
 
     @contextlib.contextmanager
     def routing(self, weights: Weights, batch: int | None = None) -> Iterator[None]:
-        """Keep ``weights`` active on the trunk (and the trunk locked) inside the block.
+        """Keep ``weights`` active inside the block: in this thread alone when autograd is
+        off, else on the trunk, locked.
 
         Wrap ``forward`` + ``backward`` in it when activations are recomputed in backward
         (activation checkpointing); :meth:`forward` alone activates the plan for its call.
