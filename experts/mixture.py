@@ -301,14 +301,18 @@ class Mixture:
             plan[("mlp_stack", layer)] = PendingStack(adapters, row_weights, device)
 
     @contextlib.contextmanager
-    def routing(self, weights: Weights, batch: int | None = None) -> Iterator[None]:
+    def routing(
+        self, weights: Weights, batch: int | None = None, plan: Plan | None = None
+    ) -> Iterator[None]:
         """Keep ``weights`` active inside the block: in this thread alone when autograd is
-        off, else on the trunk, locked.
+        off, else on the trunk, locked. ``plan``: ``self.plan(weights, ...)`` made before
+        (a running batch reuses its rows' plan, and its stacks, while the rows stay).
 
         Wrap ``forward`` + ``backward`` in it when activations are recomputed in backward
         (activation checkpointing); :meth:`forward` alone activates the plan for its call.
         """
-        plan = self.plan(weights, len(weights) if batch is None else batch, self.trunk.device)
+        if plan is None:
+            plan = self.plan(weights, len(weights) if batch is None else batch, self.trunk.device)
         hooks = self._hooks
         if not torch.is_grad_enabled():
             mine = hooks.thread

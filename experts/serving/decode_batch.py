@@ -28,7 +28,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from experts.expert import Expert
-from experts.mixture import Mixture
+from experts.mixture import Mixture, Plan
 from experts.serving.decoding_state import Decoding
 from experts.trunk import Trunk
 
@@ -105,6 +105,9 @@ class DecodeBatch:
         self._rows: list[_Row] = []
         self._cache: _BatchCache | None = None  # None: no rows
         self._mask: torch.Tensor | None = None  # (B, L) 1 where a row has a position
+        # the rows' routing plan, kept while they stay (its stacks are built once): a plan
+        # and its stacks were ~1.2 of a 8.5 ms step of 16 rows with ten experts
+        self._plan: tuple[Mixture, Plan] | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.torch_threads = torch.get_num_threads()  # of the thread that made the batch
@@ -240,6 +243,7 @@ class DecodeBatch:
             )
             self._mask = torch.cat([_left_pad(self._mask, width), _left_pad(mask, width)])
         self._rows.extend(_Row(job, job.input_ids.shape[1]) for job in jobs)
+        self._plan = None
 
     def _step(self) -> None:
         rows = self._rows
@@ -247,10 +251,15 @@ class DecodeBatch:
         tokens = torch.tensor([[r.job.decoding.last_token] for r in rows], device=device)  # (B,1)
         positions = torch.tensor([[r.position] for r in rows], device=device)  # (B, 1)
         mask = torch.cat([self._mask, torch.ones_like(self._mask[:, :1])], dim=1)  # (B, L+1)
-        experts: dict[str, Expert] = {}
-        for row in rows:
-            experts.update(row.job.experts)
-        with torch.no_grad(), Mixture(self.trunk, experts).routing([r.job.weights for r in rows]):
+        if self._plan is None:
+            experts: dict[str, Expert] = {}
+            for row in rows:
+                experts.update(row.job.experts)
+            mixture = Mixture(self.trunk, experts)
+            weights = [r.job.weights for r in rows]
+            self._plan = mixture, mixture.plan(weights, len(rows), device)
+        mixture, plan = self._plan
+        with torch.no_grad(), mixture.routing([r.job.weights for r in rows], plan=plan):
             logits = self.trunk.model(
                 input_ids=tokens,
                 attention_mask=mask,
@@ -281,6 +290,7 @@ class DecodeBatch:
         else:
             self._cache, self._mask = None, None
         self._rows = [self._rows[b] for b in keep]
+        self._plan = None
         self.cancelled += sum(job.decoding.finish == "cancelled" for job in jobs)
         with self.changed:
             self.changed.notify_all()
