@@ -48,6 +48,7 @@ Prints ONE JSON line; top-level figures (targets in ``targets``):
 
 and ``unbatched`` / ``batched`` with every phase, the registrations seen, the server's
 counters and the errors its log shows; ``loadavg_before/after``, ``cpus``,
+``omp_wait_policy`` (the servers inherit this bench's environment; None: the default),
 ``others_cores_busy_before`` (cores' worth of CPU the machine used over 2 s while the
 bench slept, before it started anything), ``machine_busy`` (that above a quarter of a
 core; where ``/proc/stat`` is missing, the 1-minute load above half the cores: the load
@@ -294,6 +295,8 @@ def main() -> None:
         "warmup_s": args.warmup,
         "workers": args.workers,
         "cpus": cores,
+        # both servers inherit it: PASSIVE cost batched generation ~25 % here (docs/deployment.md)
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "loadavg_before": load_before,
     }
     load_after = parts.loadavg()
