@@ -20,6 +20,9 @@ Phases, per server:
 * ``generation_1/16``: ``{model: auto, prompt: ~200 chars, max_tokens: 64,
   temperature: 0}`` at 1 and 16 clients; ``completion_tokens_per_s`` is the sum of
   ``usage.completion_tokens`` over the phase's seconds;
+* ``generation_pinned_16``: the same at 16 clients, each with ``model`` an expert id (one
+  of the ten each, in turn): generation without the gate and the likelihood step, which
+  re-ranks most prompts this short (one scoring forward of 1 + candidates rows first);
 * ``mixed_experts_8`` / ``single_expert_8``: scoring with ``model`` an expert id (GET
   /v1/models), 8 clients each on another expert vs all 8 on the same one;
 * ``steady_8`` / ``during_registration_8``: scoring at 8 clients, then the same while a new
@@ -41,6 +44,8 @@ Prints ONE JSON line; top-level figures (targets in ``targets``):
 * ``rps_over_bound_8``: batched scoring requests/s at 8 clients / bound (>= 0.85);
 * ``p99_8_batched_over_unbatched``: scoring p99 at 8 clients, batched / unbatched;
 * ``gen_tokens_per_s_ratio_16``: generated tokens/s at 16 clients, batched / unbatched (>= 4);
+* ``gen_pinned_tokens_per_s_ratio_16``: the same for ``generation_pinned_16`` (batching
+  alone, without the routing's own forwards; no target of its own);
 * ``p50_ratio_1``: scoring p50 at 1 client, batched / unbatched (<= 1.1);
 * ``p99_ratio_during_over_steady``: batched server, during registration / steady (<= 1.2);
 * ``failed_requests``: non-200 answers over the whole batched run, warm-ups included (0);
@@ -165,12 +170,23 @@ def measure(servers: dict, stores, args, texts: list[str], prompts: list[str]) -
 
         return body
 
-    def generation(i: int, n: int) -> dict:
-        prompt = prompts[(i * 3 + n) % len(prompts)]
-        return {"model": "auto", "prompt": prompt, "max_tokens": 64, "temperature": 0}
+    def generation(model=None):
+        def body(i: int, n: int) -> dict:
+            prompt = prompts[(i * 3 + n) % len(prompts)]
+            chosen = "auto" if model is None else model(i)
+            return {"model": chosen, "prompt": prompt, "max_tokens": 64, "temperature": 0}
+
+        return body
 
     specs = [(f"scoring_{c}", lambda n: scoring(), c) for c in (1, 8, 32)]
-    specs += [(f"generation_{c}", lambda n: generation, c) for c in (1, 16)]
+    specs += [(f"generation_{c}", lambda n: generation(), c) for c in (1, 16)]
+    specs.append(
+        (
+            "generation_pinned_16",
+            lambda n: generation(lambda i: experts[n][i % len(experts[n])]),
+            16,
+        )
+    )
     specs.append(("mixed_experts_8", lambda n: scoring(lambda i: experts[n][i % 8]), 8))
     specs.append(("single_expert_8", lambda n: scoring(lambda i: experts[n][0]), 8))
     for k, (phase, body, clients) in enumerate(specs):
@@ -275,6 +291,10 @@ def main() -> None:
         "gen_tokens_per_s_ratio_16": parts.ratio(
             ba["generation_16"]["completion_tokens_per_s"],
             un["generation_16"]["completion_tokens_per_s"],
+        ),
+        "gen_pinned_tokens_per_s_ratio_16": parts.ratio(
+            ba["generation_pinned_16"]["completion_tokens_per_s"],
+            un["generation_pinned_16"]["completion_tokens_per_s"],
         ),
         "p50_ratio_1": parts.ratio(ba["scoring_1"]["p50_ms"], un["scoring_1"]["p50_ms"]),
         "p99_ratio_during_over_steady": ba["p99_ratio_during_over_steady"],
