@@ -148,6 +148,8 @@ class ExpertServer:
         self.registry = ExpertRegistry(trunk, store, embedder)
         self.score_batcher = None if batching is None else batching.score_batcher(trunk)
         self.decoder = None if batching is None else DecodeBatch(trunk, batching.max_rows)
+        if self.score_batcher is not None and trunk.device.type == "cpu":
+            self.score_batcher.wide = self.decoder.call  # one OpenMP pool (decode_batch.py)
         self.refusals = self.registry.refusals
         self.requests = 0
         self.failed_requests = 0

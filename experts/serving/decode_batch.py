@@ -14,6 +14,12 @@ any more are cut when rows leave.
 
 Each completion keeps the experts it was routed to when it joined (resolved from the table
 of its request), so a registration during a generation changes nothing in flight.
+
+The thread also runs, between its steps, the other forwards that use every torch thread
+(:meth:`DecodeBatch.call`): OpenMP keeps a pool of threads for each thread that ever ran a
+region on several, and once the pools' threads outnumber the cores libgomp stops spinning
+while it waits (``gomp_throttled_spin_count_var``): every decode step then sleeps and
+wakes, ~25 % slower for the rest of the process's life (bundled trunk, 2 cores, 16 rows).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -87,6 +93,16 @@ class _Job:
 
 
 @dataclass
+class _Call:
+    fn: Callable[[], None]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+_WAKE = object()  # put on the jobs' queue to wake a loop waiting for jobs: a call is waiting
+
+
+@dataclass
 class _Row:
     job: _Job
     position: int  # the position of the row's next token (= its real tokens so far)
@@ -101,7 +117,8 @@ class DecodeBatch:
         self.steps = 0
         self.cancelled = 0
         self.changed = threading.Condition()  # notified whenever rows leave
-        self._waiting: queue.Queue[_Job] = queue.Queue()
+        self._waiting: queue.Queue[_Job | object] = queue.Queue()
+        self._calls: queue.Queue[_Call] = queue.Queue()
         self._rows: list[_Row] = []
         self._cache: _BatchCache | None = None  # None: no rows
         self._mask: torch.Tensor | None = None  # (B, L) 1 where a row has a position
@@ -136,6 +153,18 @@ class DecodeBatch:
         if job.error is not None:
             raise job.error
 
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the batch's thread, on its torch threads, between decode steps
+        (blocks; ``fn``'s exception is raised here): every forward that uses all the torch
+        threads runs on this one thread, so OpenMP keeps one pool (module docstring)."""
+        call = _Call(fn)
+        self._start()
+        self._calls.put(call)
+        self._waiting.put(_WAKE)
+        call.done.wait()
+        if call.error is not None:
+            raise call.error
+
     # ------------------------------------------------------------------ the thread
     def _start(self) -> None:
         with self._lock:
@@ -146,12 +175,15 @@ class DecodeBatch:
     def _loop(self) -> None:
         torch.set_num_threads(self.torch_threads)  # this thread's own (OpenMP's are per thread)
         while True:
+            self._run_calls()
             jobs: list[_Job] = []
             while len(self._rows) + len(jobs) < self.max_rows:
                 try:
                     job = self._waiting.get(block=not self._rows and not jobs)
                 except queue.Empty:
                     break
+                if job is _WAKE:
+                    break  # a call waits: it runs before the next step
                 jobs.append(job)
             if jobs:
                 self._join(jobs)
@@ -163,6 +195,19 @@ class DecodeBatch:
                     for row in self._rows:
                         row.job.error = exc
                     self._leave(list(range(len(self._rows))))
+
+    def _run_calls(self) -> None:
+        while True:
+            try:
+                call = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                call.fn()
+            except Exception as exc:  # noqa: BLE001 - raised in the caller's thread
+                call.error = exc
+            finally:
+                call.done.set()
 
     def _join(self, jobs: list[_Job]) -> None:
         """Prefill the prompts of ``jobs`` together; each joins the batch unless its first

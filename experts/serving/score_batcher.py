@@ -25,7 +25,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -89,6 +89,9 @@ class ScoreBatcher:
         self._running = 0  # forwards in progress
         self._lock = threading.Lock()
         self._started = False
+        # runs a forward on all the torch threads on another thread (the decode batch's:
+        # one OpenMP pool in the process; experts/serving/decode_batch.py); None: here
+        self.wide: Callable[[Callable[[], None]], None] | None = None
 
     @contextlib.contextmanager
     def caller(self) -> Iterator[None]:
@@ -192,14 +195,21 @@ class ScoreBatcher:
         # a forward that holds every request in progress runs on all the torch threads;
         # while others run or wait, each gets its share (OpenMP's count is per thread)
         share = max(1, self.torch_threads // self.threads)
-        torch.set_num_threads(self.torch_threads if alone else share)
+        handed = alone and self.wide is not None and self.torch_threads > share
+        torch.set_num_threads(self.torch_threads if alone and not handed else share)
         try:
-            for group in by_length(batch):
-                self._forward_group(group)
+            if handed:
+                self.wide(lambda: self._forward_groups(batch))
+            else:
+                self._forward_groups(batch)
         finally:
             with self._lock:
                 self._held -= len(batch)
                 self._running -= 1
+
+    def _forward_groups(self, batch: list[_Submission]) -> None:
+        for group in by_length(batch):
+            self._forward_group(group)
 
     def _forward_group(self, batch: list[_Submission]) -> None:
         try:

@@ -211,3 +211,11 @@ def test_the_token_budget_defaults_to_a_few_hundred_per_core_on_a_cpu(gpt2_trunk
     assert Batching(forward_threads=1).tokens(gpt2_trunk) == CPU_TOKENS_PER_CORE * cores
     assert Batching(forward_threads=cores).tokens(gpt2_trunk) == CPU_TOKENS_PER_CORE
     assert Batching(max_tokens=100).tokens(gpt2_trunk) == 100
+
+
+def test_a_batched_cpu_server_runs_its_wide_scoring_forwards_on_the_decode_thread(
+    servers,
+) -> None:
+    unbatched, batched = servers
+    assert unbatched.score_batcher is None
+    assert batched.score_batcher.wide == batched.decoder.call
