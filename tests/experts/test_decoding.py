@@ -53,3 +53,14 @@ def test_without_a_stop_the_text_is_all_shown_once(trunk) -> None:
     for token in ids:
         continuation.add(token)
     assert continuation.stopped and continuation.text.endswith("日本語 ")
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_byte_level_pieces_are_the_pieces_of_every_prefix(trunk, text: str) -> None:
+    from experts.decoding import _byte_level_pieces
+
+    tokenizer = trunk.tokenizer
+    ids = tokenizer(text * 3)["input_ids"]
+    got = _byte_level_pieces(tokenizer, ids)
+    assert got is not None, "the tiny trunks' tokenizers are byte-level BPE"
+    assert got == _pieces_of_prefixes(tokenizer, ids)
