@@ -32,12 +32,15 @@ Phases, per server:
   differs).
 
 Every phase reports requests_per_s, p50_ms, p99_ms, failed (non-200, 503 included) and
-busy_503. Before the servers, the bench itself measures the machine's ``bound``: the bare
-trunk (load_trunk, no_grad), forward + next-token loss, on the scoring texts (tokenised as
-the server does, right-padded with a mask), in texts/s: the best of batches of 1, 8 and 32
-(``--bound-batches``; on a small CPU the largest batch need not be the fastest), each run
-one forward at a time on every core and ``cores`` forwards at once on one core each (the
-batched server runs ``serve.batch_forward_threads`` forwards at once); all are reported.
+busy_503. Before the servers and again after them, the bench itself measures the
+machine's ``bound``: the bare trunk (load_trunk, no_grad), forward + next-token loss, on
+the scoring texts (tokenised as the server does, right-padded with a mask), in texts/s:
+the best of batches of 1, 8 and 32 (``--bound-batches``; on a small CPU the largest batch
+need not be the fastest), each run one forward at a time on every core and ``cores``
+forwards at once on one core each (the batched server runs
+``serve.batch_forward_threads`` forwards at once); all are reported. The bound is the
+mean of the two measurements (``bound.before`` and ``bound.after``): a shared machine's
+speed drifts over the run's minutes, and the phases run between them.
 
 Prints ONE JSON line; top-level figures (targets in ``targets``):
 
@@ -253,7 +256,8 @@ def main() -> None:
     texts = [t for i in range(3) for d in domains for t in by_domain[d][i : i + 1]]
     prompts = [t[: args.prompt_chars] for t in texts]
     sizes = tuple(int(b) for b in args.bound_batches.split(","))
-    bound = parts.trunk_bound(trunk, texts, sizes, max(3.0, args.seconds / 2), cores)
+    bound_seconds = max(3.0, args.seconds / 2)
+    bound_before = parts.trunk_bound(trunk, texts, sizes, bound_seconds, cores)
     centroids = {d: parts.centroid(embedder, d) for d in domains}
     count = max(1, int(args.seconds / args.register_every)) + 1
     env = {
@@ -281,6 +285,12 @@ def main() -> None:
             result[n]["server_log_problems"] = parts.log_problems(srv.log_path)
             result[n]["env"] = extra[n]
 
+    bound_after = parts.trunk_bound(load_trunk(trunk_dir), texts, sizes, bound_seconds, cores)
+    bound = {
+        "texts_per_s": round((bound_before["texts_per_s"] + bound_after["texts_per_s"]) / 2, 2),
+        "before": bound_before,
+        "after": bound_after,
+    }
     un, ba = result["unbatched"], result["batched"]
     top = {
         "bench": "serve_load",
