@@ -88,12 +88,10 @@ def _token_bytes(token: str) -> bytes | None:
 
 @functools.cache
 def _byte_alphabet() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, character -> byte: printable bytes stand for
-    themselves, the others for 256 + their rank among them (Radford et al. 2019)."""
-    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
-    kept += range(ord("®"), ord("ÿ") + 1)
-    moved = [b for b in range(256) if b not in kept]
-    return {chr(b): b for b in kept} | {chr(256 + n): b for n, b in enumerate(moved)}
+    """GPT-2's byte-level alphabet, character -> byte (transformers' own table, inverted)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {char: byte for byte, char in bytes_to_unicode().items()}
 
 
 def _pieces_in_windows(tokenizer: Any, ids: list[int]) -> list[str]:
