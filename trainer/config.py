@@ -58,8 +58,9 @@ class TrainerConfig:
     )
     start_candidates: int = setting(
         8,
-        help="a new domain's expert may start as a copy of the best of the newest N stored "
-        "experts on its held-out documents (DEMix); 0: always from zero",
+        help="a new domain's expert may start as a copy of the best, on its held-out "
+        "documents, of the experts of the N stored domains nearest its centroid (DEMix; "
+        "trainer/starts.py); 0: always from zero",
         range=">= 0",
     )
     candidate_eval_rows: int = setting(

@@ -46,6 +46,7 @@ from trainer.fetch import JobDataError, JobDocs
 from trainer.job_retention import prune_ended_jobs
 from trainer.recipes.expert import TrainingFailed, TrainingInterrupted, train_expert
 from trainer.records import TrainStatus
+from trainer.starts import nearest_starts
 from worx.atomic import atomic_write_json
 from worx.ids import UnsafeIdError, content_hash, validate_id
 from worx.records import Record, RecordError
@@ -151,7 +152,7 @@ class JobRunner:
         try:
             docs = self.fetch(job)
             parent, parent_id = self._parent(job)
-            candidates = self._candidates() if parent is None else None
+            candidates = self._candidates(job.centroid) if parent is None else None
             result = train_expert(
                 self.trunk,
                 docs.train,
@@ -267,8 +268,9 @@ class JobRunner:
         log.info("job %s registered expert %s", job.job_id, manifest.expert_id)
         return "finished"
 
-    def _candidates(self) -> dict[str, Expert]:
-        """The newest ``config.start_candidates`` usable experts of the store (DEMix starts)."""
+    def _candidates(self, centroid: list[float]) -> dict[str, Expert]:
+        """The usable experts of the ``config.start_candidates`` stored domains nearest the
+        job's ``centroid`` (DEMix starts, :func:`trainer.starts.nearest_starts`)."""
         limit = self.config.start_candidates
         if limit == 0:
             return {}
@@ -278,9 +280,8 @@ class JobRunner:
                 manifests.append(self.store.manifest(expert_id))
             except ExpertRefused as exc:
                 log.warning("expert %s is not a start candidate: %s", expert_id, exc)
-        newest = sorted(manifests, key=lambda m: (m.created_ms, m.expert_id))[-limit:]
         out = {}
-        for manifest in newest:
+        for manifest in nearest_starts(manifests, centroid, limit):
             try:
                 out[manifest.expert_id] = self.store.get(manifest.expert_id)
             except ExpertRefused as exc:
