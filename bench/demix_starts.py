@@ -12,7 +12,7 @@ Every label of the corpus gets one expert of the trainer's default recipe from z
 steps on its first ``--train-docs`` training documents; ``--cache`` keeps them), registered
 in a seeded random order. Each of the last ``--targets`` labels of that order is then
 trained as a new domain twice, with the library of the labels before it: candidates = the
-newest ``--candidates`` of them (``newest_*``, the baseline) and the ``--candidates``
+newest ``--candidates`` of them (``newest``, the baseline) and the ``--candidates``
 nearest by the cosine of their centroids (the mean embedding of their training
 documents, as a promoted domain's) to the target's (ours). Same training and held-out
 documents, same recipe and seeds; a run is skipped and reused when both rules give the
