@@ -64,7 +64,9 @@ average decays over minutes, so after a run it still shows that run), ``commit``
 ``date``.
 
 Usage: ``python bench/serve_load.py [--seconds 10] [--warmup 2] [--trunk DIR]
-[--workers 2] [--expert-rank 64]`` (``--seconds 2`` for a quick check).
+[--workers 2] [--expert-rank 64] [--trunk-dtype float32]`` (``--trunk-dtype bfloat16``: both
+servers serve a bf16 trunk, ``experts.trunk_dtype``, and the bound runs in bf16; the
+servers never inherit this bench's ``WORX_*`` variables) (``--seconds 2`` for a quick check).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import serve_load_parts as parts  # noqa: E402
+from experts.config import DTYPES  # noqa: E402
 
 TARGETS = {
     "rps_over_bound_8": ">= 0.85",
@@ -227,6 +230,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="warm-up s before each phase")
     parser.add_argument("--trunk", help="trunk directory (default: the bundled data/trunk)")
     parser.add_argument("--workers", type=int, default=2, help="WORX_SERVE__WORKERS, both")
+    parser.add_argument(
+        "--trunk-dtype",
+        default="float32",
+        choices=DTYPES,
+        help="experts.trunk_dtype of both servers; the bound's trunk runs in it too",
+    )
     parser.add_argument("--batch-window-ms", type=float, default=2.0)
     parser.add_argument("--batch-max-rows", type=int, default=16)
     parser.add_argument("--expert-rank", type=int, default=64, help="adapter rank, all layers")
@@ -238,6 +247,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    import torch
+
     from experts.trunk import load_trunk
     from router.embed import default_embedder
     from topology.composition.embedded_broker import EmbeddedBroker
@@ -247,7 +258,8 @@ def main() -> None:
     load_before = parts.loadavg()
     others_busy = parts.others_cores_busy()
     trunk_dir = Path(args.trunk) if args.trunk else bundled_trunk_dir()
-    trunk = load_trunk(trunk_dir)
+    trunk = load_trunk(trunk_dir)  # builds the experts: stored in float32, as a trainer's
+    served_dtype = getattr(torch, args.trunk_dtype)
     embedder = default_embedder()
     domains = list(parts.DOMAINS)
     args.domains = len(domains)
@@ -257,7 +269,9 @@ def main() -> None:
     prompts = [t[: args.prompt_chars] for t in texts]
     sizes = tuple(int(b) for b in args.bound_batches.split(","))
     bound_seconds = max(3.0, args.seconds / 2)
-    bound_before = parts.trunk_bound(trunk, texts, sizes, bound_seconds, cores)
+    bound_trunk = trunk if served_dtype == torch.float32 else load_trunk(trunk_dir, served_dtype)
+    bound_before = parts.trunk_bound(bound_trunk, texts, sizes, bound_seconds, cores)
+    del bound_trunk
     centroids = {d: parts.centroid(embedder, d) for d in domains}
     count = max(1, int(args.seconds / args.register_every)) + 1
     env = {
@@ -265,6 +279,7 @@ def main() -> None:
         "WORX_SERVE__WORKERS": str(args.workers),
         "WORX_SERVE__BATCH_WINDOW_MS": str(args.batch_window_ms),
         "WORX_SERVE__BATCH_MAX_ROWS": str(args.batch_max_rows),
+        "WORX_EXPERTS__TRUNK_DTYPE": args.trunk_dtype,
     }
     with tempfile.TemporaryDirectory() as tmp_name, EmbeddedBroker() as broker:
         tmp = Path(tmp_name)
@@ -285,7 +300,9 @@ def main() -> None:
             result[n]["server_log_problems"] = parts.log_problems(srv.log_path)
             result[n]["env"] = extra[n]
 
-    bound_after = parts.trunk_bound(load_trunk(trunk_dir), texts, sizes, bound_seconds, cores)
+    bound_after = parts.trunk_bound(
+        load_trunk(trunk_dir, served_dtype), texts, sizes, bound_seconds, cores
+    )
     bound = {
         "texts_per_s": round((bound_before["texts_per_s"] + bound_after["texts_per_s"]) / 2, 2),
         "before": bound_before,
@@ -317,6 +334,7 @@ def main() -> None:
         "trunk": str(trunk_dir),
         "domains": len(domains),
         "expert_rank": args.expert_rank,
+        "trunk_dtype": args.trunk_dtype,
         "expert_params": stores.expert_params,
         "scoring_texts": len(texts),
         "text_chars": args.text_chars,

@@ -64,6 +64,22 @@ def test_a_shared_scoring_forward_gives_each_row_its_own_losses(servers) -> None
         assert have["top_logprobs"][3].keys() == want["top_logprobs"][3].keys()
 
 
+def test_a_bfloat16_trunk_scores_as_the_float32_one_does(trunk_dirs, tmp_path) -> None:
+    from experts.trunk import load_trunk
+
+    alone, _ = _servers(load_trunk(trunk_dirs["gpt2"]), tmp_path / "f32")
+    _, batched = _servers(load_trunk(trunk_dirs["gpt2"], dtype=torch.bfloat16), tmp_path / "bf16")
+    want = [alone.score(t) for t in TEXTS]
+    got = _concurrently(batched.score, TEXTS)
+    for have, expected in zip(got, want, strict=True):
+        assert have["experts"] == expected["experts"] and have["tokens"] == expected["tokens"]
+        diff = torch.tensor(have["token_losses"]) - torch.tensor(expected["token_losses"])
+        # bf16 keeps 8 bits of mantissa: ~0.4 % per rounding; losses of ~6 nats stay within
+        # a few hundredths per token and far closer on average
+        assert float(diff.abs().max()) < 0.1 and abs(float(diff.mean())) < 0.02
+        assert float(diff.abs().max()) > 0  # it did run in bf16
+
+
 def test_explain_and_likelihood_rows_go_through_the_batch(servers) -> None:
     alone, batched = servers
     want = alone.score(TEXTS[0], explain=True)
