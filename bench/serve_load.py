@@ -64,9 +64,9 @@ average decays over minutes, so after a run it still shows that run), ``commit``
 ``date``.
 
 Usage: ``python bench/serve_load.py [--seconds 10] [--warmup 2] [--trunk DIR]
-[--workers 2] [--expert-rank 64] [--trunk-dtype float32]`` (``--trunk-dtype bfloat16``: both
-servers serve a bf16 trunk, ``experts.trunk_dtype``, and the bound runs in bf16; the
-servers never inherit this bench's ``WORX_*`` variables) (``--seconds 2`` for a quick check).
+[--workers 2] [--expert-rank 64] [--trunk-dtype float32]`` (``--seconds 2`` for a quick
+check; ``--trunk-dtype bfloat16``: both servers serve a bf16 trunk, ``experts.trunk_dtype``,
+and the bound runs in bf16; the servers never inherit this bench's ``WORX_*`` variables).
 """
 
 from __future__ import annotations

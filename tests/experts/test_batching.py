@@ -64,10 +64,10 @@ def test_a_shared_scoring_forward_gives_each_row_its_own_losses(servers) -> None
         assert have["top_logprobs"][3].keys() == want["top_logprobs"][3].keys()
 
 
-def test_a_bfloat16_trunk_scores_as_the_float32_one_does(trunk_dirs, tmp_path) -> None:
+def test_a_bfloat16_trunk_scores_as_the_float32_one_does(gpt2_trunk, trunk_dirs, tmp_path) -> None:
     from experts.trunk import load_trunk
 
-    alone, _ = _servers(load_trunk(trunk_dirs["gpt2"]), tmp_path / "f32")
+    alone, _ = _servers(gpt2_trunk, tmp_path / "f32")
     _, batched = _servers(load_trunk(trunk_dirs["gpt2"], dtype=torch.bfloat16), tmp_path / "bf16")
     want = [alone.score(t) for t in TEXTS]
     got = _concurrently(batched.score, TEXTS)
